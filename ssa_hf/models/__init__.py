@@ -1,0 +1,31 @@
+"""The remote-code unit of ssa-hf.
+
+Every module in this folder imports only torch, transformers and its own siblings (relative imports), so that
+`save_pretrained` can copy the files a checkpoint needs and `trust_remote_code=True` loads it where ssa-hf is
+not installed. Nothing here imports from the rest of the package.
+"""
+
+from .attention import (
+    BACKENDS,
+    DEFAULT_IMPLEMENTATION,
+    IMPLEMENTATIONS,
+    register_with_transformers,
+    scored_attention,
+    ssa_attention,
+    supported_backends,
+)
+from .scoring import SCORING_FUNCTIONS, ScoringOptions, ScoringParameters, get_scoring_function
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_IMPLEMENTATION",
+    "IMPLEMENTATIONS",
+    "SCORING_FUNCTIONS",
+    "ScoringOptions",
+    "ScoringParameters",
+    "get_scoring_function",
+    "register_with_transformers",
+    "scored_attention",
+    "ssa_attention",
+    "supported_backends",
+]

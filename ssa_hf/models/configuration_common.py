@@ -1,0 +1,93 @@
+"""The attention-scoring fields shared by every ssa-hf model config (SSALlamaConfig, SSABertConfig).
+
+Part of the remote-code unit: imports only the standard library, transformers-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .scoring import SCORING_FUNCTIONS, ScoringOptions
+
+SCORING_CONFIG_DOC = r"""
+        attention_scoring (`str` or `list[str]`, *optional*, defaults to `"ssa"`):
+            The scoring function that turns attention scores into weights, by name (`ssa_hf.SCORING_FUNCTIONS`:
+            softmax, ssa, temperature, ssmax, softmax1, sigmoid, softpick, sa_softmax, sparsemax, entmax15,
+            entmax_alpha). A list gives one name per attention head (a mixture of scoring heads). The softmax
+            baseline is the same model with `"softmax"`.
+        ssa_granularity (`str`, *optional*, defaults to `"head"`):
+            `"head"`: one (b, n) pair per attention head; `"layer"`: one pair per layer shared by its heads.
+            Also applies to the parameters of `temperature`, `ssmax` and `entmax_alpha`.
+        ssa_parametrization (`str`, *optional*, defaults to `"softplus"`):
+            How learnable b and n are stored. `"softplus"`: b = softplus(raw) > 0 and n = 1 + softplus(raw) >= 1
+            whatever the optimiser does; `"exp"`: b = exp(a), n = exp(r) (the authors' nanoGPT code; n >= 1 is not
+            enforced).
+        ssa_b_init (`float`, *optional*, defaults to 1.0):
+            Initial (or fixed) value of SSA's b; must be > 0.
+        ssa_n_init (`float`, *optional*, defaults to 1.5):
+            Initial (or fixed) value of SSA's n; must be >= 1. Under `softplus`, a learnable n starts at no less
+            than 1.001 so that its raw value is finite.
+        ssa_learn_b (`bool`, *optional*, defaults to `True`):
+            Whether b is trained (else a fixed buffer).
+        ssa_learn_n (`bool`, *optional*, defaults to `True`):
+            Whether n is trained (else a fixed buffer).
+        temperature_init (`float`, *optional*, defaults to 1.0):
+            Temperature t of `attention_scoring="temperature"` (softmax(s / t)); must be > 0.
+        temperature_learnable (`bool`, *optional*, defaults to `False`):
+            Whether t is trained.
+        ssmax_s_init (`float`, *optional*, defaults to 0.43):
+            Initial scale s of `attention_scoring="ssmax"` (softmax(s log(N) x)); learned, must be > 0.
+        entmax_alpha_init (`float`, *optional*, defaults to 1.5):
+            alpha of `attention_scoring="entmax_alpha"`, in (1, 2].
+        entmax_alpha_learnable (`bool`, *optional*, defaults to `False`):
+            Whether alpha is trained (kept in (1, 2]).
+"""
+
+
+@dataclass(kw_only=True)
+class ScoringConfigMixin:
+    """Dataclass fields for the scoring function; the documentation is `SCORING_CONFIG_DOC`."""
+
+    attention_scoring: str | list[str] = "ssa"
+    ssa_granularity: str = "head"
+    ssa_parametrization: str = "softplus"
+    ssa_b_init: float | int = 1.0
+    ssa_n_init: float | int = 1.5
+    ssa_learn_b: bool = True
+    ssa_learn_n: bool = True
+    temperature_init: float | int = 1.0
+    temperature_learnable: bool = False
+    ssmax_s_init: float | int = 0.43
+    entmax_alpha_init: float | int = 1.5
+    entmax_alpha_learnable: bool = False
+
+    def scoring_per_head(self) -> list[str]:
+        """The scoring function of each attention head."""
+        heads = self.num_attention_heads
+        if isinstance(self.attention_scoring, str):
+            return [self.attention_scoring] * heads
+        return list(self.attention_scoring)
+
+    def scoring_options(self) -> ScoringOptions:
+        return ScoringOptions.from_config(self)
+
+    def validate_scoring(self) -> None:
+        """Raise ValueError naming the offending field."""
+        names = [self.attention_scoring] if isinstance(self.attention_scoring, str) else list(self.attention_scoring)
+        if not names:
+            raise ValueError("attention_scoring: empty list; give a name or one name per head")
+        for name in names:
+            if name not in SCORING_FUNCTIONS:
+                raise ValueError(f"attention_scoring: unknown scoring function {name!r}; choose from {list(SCORING_FUNCTIONS)}")
+        if not isinstance(self.attention_scoring, str) and len(names) != self.num_attention_heads:
+            raise ValueError(
+                f"attention_scoring: a list needs one name per head ({self.num_attention_heads}), got {len(names)}"
+            )
+        try:
+            self.scoring_options().validate()
+        except ValueError as error:
+            raise ValueError(str(error)) from None
+
+    @property
+    def uses_softmax_only(self) -> bool:
+        return all(name == "softmax" for name in self.scoring_per_head())

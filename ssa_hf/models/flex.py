@@ -1,0 +1,138 @@
+"""FlexAttention paths: scoring functions that are a modification of softmax scores, as `score_mod`s.
+
+FlexAttention computes softmax(score_mod(q.k * scale)) with a fused kernel, so every registry entry that
+has `logits` (softmax, temperature, ssa, ssmax) runs on it, and softmax_1 too: its extra zero logit is one
+appended key whose score is forced to 0 and whose value is 0.
+
+torch 2.13 runs FlexAttention on CPU for inference only (and `return_lse` is not supported there); on CUDA
+it has a backward, with gradients flowing to the captured per-head parameter tensors.
+Part of the remote-code unit: imports only torch and siblings.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+from .scoring import ScoringFunction, ssa_logits
+
+
+def flex_available() -> bool:
+    try:
+        from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@lru_cache(maxsize=None)
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def _flex_fn(compile: bool | None):
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if compile is None:
+        compile = os.environ.get("SSA_HF_FLEX_COMPILE", "1") != "0"
+    return _compiled_flex() if compile else flex_attention
+
+
+def make_score_mod(spec: ScoringFunction, params: dict[str, Tensor], row_log_count: Tensor | None, zero_key: int | None):
+    """Build the score_mod for `spec`. `row_log_count` [B, Lq]: log of keys per row (SSMax).
+
+    `zero_key`: index of the appended key of softmax_1, whose score is replaced by exactly 0.
+    """
+    name = spec.name
+    if name == "ssa":
+        b, n = params["b"], params["n"]
+
+        def score_mod(score, batch, head, q_idx, kv_idx):
+            return ssa_logits(score, b[head], n[head])
+    elif name == "temperature":
+        t = params["t"]
+
+        def score_mod(score, batch, head, q_idx, kv_idx):
+            return score / t[head]
+    elif name == "ssmax":
+        s = params["s"]
+
+        def score_mod(score, batch, head, q_idx, kv_idx):
+            return score * s[head] * row_log_count[batch, q_idx]
+    elif name in ("softmax", "softmax1"):
+        score_mod = None
+    else:
+        raise ValueError(f"scoring function {name!r} has no score_mod form")
+    if zero_key is None:
+        return score_mod
+    inner = score_mod
+
+    def with_zero_key(score, batch, head, q_idx, kv_idx):
+        base = score if inner is None else inner(score, batch, head, q_idx, kv_idx)
+        return torch.where(kv_idx == zero_key, torch.zeros_like(base), base)
+
+    return with_zero_key
+
+
+def flex_scored_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    spec: ScoringFunction,
+    params: dict[str, Tensor],
+    mask: Tensor | None,
+    scale: float,
+    compile: bool | None = None,
+) -> Tensor:
+    """query [B,H,Lq,D], key/value [B,Hkv,Lk,D]; mask bool broadcastable to [B,1,Lq,Lk] (True = attend) or None."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if spec.logits is None:
+        raise ValueError(f"The flex backend cannot run {spec.name!r}: it is not a modification of softmax scores. Use backend='eager'.")
+    batch, heads, q_len, _ = query.shape
+    kv_len = key.shape[2]
+    zero_key = None
+    if spec.extra_zero_logit:
+        zero_key = kv_len
+        key = torch.cat([key, key.new_zeros(key.shape[:2] + (1, key.shape[3]))], dim=2)
+        value = torch.cat([value, value.new_zeros(value.shape[:2] + (1, value.shape[3]))], dim=2)
+        if mask is not None:
+            mask = torch.cat([mask, mask.new_ones(mask.shape[:-1] + (1,))], dim=-1)
+        kv_len += 1
+    row_log_count = None
+    if spec.needs_row_count:
+        counts = mask.expand(batch, 1, q_len, kv_len).sum(-1)[:, 0] if mask is not None else torch.full((batch, q_len), kv_len)
+        row_log_count = torch.log(counts.clamp_min(1).float()).to(query.device)
+    block_mask = None
+    if mask is not None:
+        dense = mask.expand(batch, 1, q_len, kv_len)
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            return dense[b, 0, q_idx, kv_idx]
+
+        block_mask = create_block_mask(mask_mod, batch, None, q_len, kv_len, device=query.device)
+    params = {k: v.to(device=query.device, dtype=torch.float32) for k, v in params.items()}
+    score_mod = make_score_mod(spec, params, row_log_count, zero_key)
+    fn = _flex_fn(compile)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
+        out = fn(
+            query,
+            key,
+            value,
+            score_mod=score_mod,
+            block_mask=block_mask,
+            scale=scale,
+            enable_gqa=key.shape[1] != heads,
+        )
+    if mask is not None:
+        # rows with no key to attend to: flex already returns 0 there; make it explicit for every torch version
+        empty = ~mask.expand(batch, 1, q_len, kv_len).any(-1, keepdim=True)
+        out = out.masked_fill(empty, 0.0)
+    return out

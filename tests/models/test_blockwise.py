@@ -1,0 +1,260 @@
+"""Tests of the blockwise (memory-efficient) attention kernel against a naive float64 reference."""
+
+import math
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ssa_hf.models import blockwise as bw
+from ssa_hf.models.blockwise import blockwise_attention
+
+
+@pytest.fixture(autouse=True)
+def _eager_tiles():
+    """Run the tile functions eagerly (fast tests); the one compile test switches it on itself."""
+    bw.set_blockwise_compile(False)
+    yield
+    bw.set_blockwise_compile(None)
+
+
+def reference_attention(q, k, v, b=None, n=None, attn_mask=None, is_causal=False, scale=None, scoring="ssa"):
+    """Naive materialised attention in float64: softmax(g(s)) with masked weights exactly 0."""
+    q, k, v = q.double(), k.double(), v.double()
+    B, H, Lq, D = q.shape
+    Hkv, Lk = k.shape[1], k.shape[2]
+    G = H // Hkv
+    k = k.repeat_interleave(G, dim=1)
+    v = v.repeat_interleave(G, dim=1)
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    s = scale * q @ k.transpose(-1, -2)
+    if scoring == "ssa":
+        b = torch.as_tensor(b, dtype=torch.float64).reshape(-1).expand(H).view(1, H, 1, 1)
+        n = torch.as_tensor(n, dtype=torch.float64).reshape(-1).expand(H).view(1, H, 1, 1)
+        g = n * torch.sign(s) * torch.log1p(b * s.abs())
+    else:
+        g = s
+    keep = torch.ones(B, H, Lq, Lk, dtype=torch.bool)
+    if is_causal:
+        keep = keep & torch.ones(Lq, Lk, dtype=torch.bool).tril()
+    if attn_mask is not None:
+        keep = keep & attn_mask
+    g = g.masked_fill(~keep, float("-inf"))
+    w = torch.softmax(g, dim=-1)
+    w = torch.nan_to_num(w, nan=0.0)  # fully masked rows -> 0
+    return w @ v
+
+
+def _inputs(B, H, Hkv, Lq, Lk, D, seed=0, big=3.0, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(seed)
+    q = (torch.randn(B, H, Lq, D, generator=gen) * big).to(dtype)
+    k = (torch.randn(B, Hkv, Lk, D, generator=gen) * big).to(dtype)
+    v = torch.randn(B, Hkv, Lk, D, generator=gen).to(dtype)
+    b = (torch.rand(H, generator=gen) * 1.5 + 0.3)
+    n = (torch.rand(H, generator=gen) * 1.5 + 1.0)
+    return q, k, v, b, n
+
+
+def _padding_mask(B, Lq, Lk, seed=0, side="right"):
+    gen = torch.Generator().manual_seed(seed + 100)
+    lens = torch.randint(Lk // 3, Lk + 1, (B,), generator=gen)
+    lens[0] = Lk
+    idx = torch.arange(Lk)
+    if side == "right":
+        keep = idx[None, :] < lens[:, None]
+    else:
+        keep = idx[None, :] >= (Lk - lens)[:, None]
+    return keep[:, None, None, :].expand(B, 1, Lq, Lk).clone()
+
+
+def _check(q, k, v, b, n, scoring="ssa", attn_mask=None, is_causal=False, block_size=16, rtol=2e-4, atol=2e-5,
+           grad_bn=True):
+    q = q.clone().requires_grad_(True)
+    k = k.clone().requires_grad_(True)
+    v = v.clone().requires_grad_(True)
+    b = b.clone().requires_grad_(grad_bn)
+    n = n.clone().requires_grad_(grad_bn)
+    out = blockwise_attention(q, k, v, b, n, attn_mask=attn_mask, is_causal=is_causal, scoring=scoring,
+                              block_size=block_size)
+    q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    b64 = b.detach().double().requires_grad_(grad_bn)
+    n64 = n.detach().double().requires_grad_(grad_bn)
+    ref = reference_attention(q64, k64, v64, b64, n64, attn_mask=attn_mask, is_causal=is_causal, scoring=scoring)
+    assert out.shape == ref.shape and out.dtype == q.dtype
+    torch.testing.assert_close(out.double(), ref, rtol=rtol, atol=atol)
+    gen = torch.Generator().manual_seed(7)
+    dout = torch.randn(ref.shape, generator=gen, dtype=torch.float64)
+    (out.double() * dout).sum().backward()
+    (ref * dout).sum().backward()
+    pairs = [(q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)]
+    if scoring == "ssa" and grad_bn:
+        pairs += [(b.grad, b64.grad), (n.grad, n64.grad)]
+    for got, want in pairs:
+        assert got is not None and torch.isfinite(got).all()
+        torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol * max(1.0, want.abs().max().item()))
+    return out
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("scoring", ["ssa", "softmax"])
+def test_odd_shapes_match_reference(is_causal, scoring):
+    q, k, v, b, n = _inputs(2, 3, 3, 63, 63, 100, seed=1)
+    _check(q, k, v, b, n, scoring=scoring, is_causal=is_causal)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_gqa_8_to_2(is_causal):
+    q, k, v, b, n = _inputs(2, 8, 2, 37, 37, 24, seed=2)
+    _check(q, k, v, b, n, is_causal=is_causal, block_size=8)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_padding_masks(side, is_causal):
+    B, L = 3, 45
+    q, k, v, b, n = _inputs(B, 4, 2, L, L, 20, seed=3)
+    mask = _padding_mask(B, L, L, seed=3, side=side)
+    _check(q, k, v, b, n, attn_mask=mask, is_causal=is_causal)
+
+
+def test_per_head_mask_and_fully_masked_rows():
+    B, H, L = 2, 4, 33
+    q, k, v, b, n = _inputs(B, H, 2, L, L, 12, seed=4)
+    gen = torch.Generator().manual_seed(4)
+    mask = torch.rand(B, H, L, L, generator=gen) > 0.3
+    mask[0, 1, 5] = False  # one fully masked query row
+    mask[1, :, 20:] = False  # several fully masked rows, all heads
+    out = _check(q, k, v, b, n, attn_mask=mask, is_causal=True)
+    assert torch.all(out[0, 1, 5] == 0)
+    assert torch.all(out[1, :, 20:] == 0)
+
+
+def test_fully_masked_row_zero_grads():
+    B, H, L = 1, 2, 20
+    q, k, v, b, n = _inputs(B, H, H, L, L, 8, seed=5)
+    mask = torch.ones(B, 1, L, L, dtype=torch.bool)
+    mask[..., 3, :] = False
+    q.requires_grad_(True)
+    out = blockwise_attention(q, k, v, b, n, attn_mask=mask, block_size=8)
+    out.sum().backward()
+    assert torch.all(out[:, :, 3] == 0)
+    assert torch.all(q.grad[:, :, 3] == 0)
+    assert torch.isfinite(q.grad).all()
+
+
+def test_decode_shapes_lq_less_than_lk():
+    B, H, Hkv, Lk, D = 3, 4, 2, 50, 16
+    for Lq in (1, 5):
+        q, k, v, b, n = _inputs(B, H, Hkv, Lq, Lk, D, seed=6 + Lq)
+        mask = _padding_mask(B, Lq, Lk, seed=6, side="left")
+        # causal over the cache: query i (absolute position Lk - Lq + i) sees keys j <= Lk - Lq + i
+        pos = torch.arange(Lk - Lq, Lk)
+        mask = mask & (torch.arange(Lk)[None, :] <= pos[:, None])
+        _check(q, k, v, b, n, attn_mask=mask, block_size=16)
+
+
+def test_python_float_params_and_no_bn_grad():
+    q, k, v, _, _ = _inputs(2, 2, 1, 19, 19, 8, seed=8)
+    out = blockwise_attention(q, k, v, 0.8, 1.5, is_causal=True, block_size=8)
+    ref = reference_attention(q, k, v, 0.8, 1.5, is_causal=True)
+    torch.testing.assert_close(out.double(), ref, rtol=2e-4, atol=2e-5)
+    _check(q, k, v, torch.full((2,), 0.8), torch.full((2,), 1.5), is_causal=True, block_size=8, grad_bn=False)
+
+
+def test_scalar_param_tensor_broadcasts_and_gets_grad():
+    q, k, v, _, _ = _inputs(1, 4, 4, 10, 10, 8, seed=9)
+    b = torch.tensor(0.7, requires_grad=True)
+    n = torch.tensor([1.3], requires_grad=True)
+    blockwise_attention(q, k, v, b, n, block_size=4).sum().backward()
+    b64 = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    n64 = torch.tensor([1.3], dtype=torch.float64, requires_grad=True)
+    reference_attention(q, k, v, b64, n64).sum().backward()
+    torch.testing.assert_close(b.grad.double(), b64.grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(n.grad.double(), n64.grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_softmax_matches_sdpa(is_causal):
+    q, k, v, _, _ = _inputs(2, 4, 4, 40, 40, 16, seed=10, big=1.0)
+    mask = _padding_mask(2, 40, 40, seed=10)
+    out = blockwise_attention(q, k, v, scoring="softmax", attn_mask=mask, is_causal=False, block_size=16)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    out = blockwise_attention(q, k, v, scoring="softmax", is_causal=is_causal, block_size=16)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_custom_scale_and_value_dim():
+    B, H, L = 1, 2, 21
+    gen = torch.Generator().manual_seed(11)
+    q = torch.randn(B, H, L, 8, generator=gen)
+    k = torch.randn(B, H, L, 8, generator=gen)
+    v = torch.randn(B, H, L, 5, generator=gen)
+    b, n = torch.tensor([0.5, 1.0]), torch.tensor([1.0, 2.0])
+    out = blockwise_attention(q, k, v, b, n, scale=0.9, is_causal=True, block_size=8)
+    ref = reference_attention(q, k, v, b, n, scale=0.9, is_causal=True)
+    torch.testing.assert_close(out.double(), ref, rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_inputs(dtype):
+    q, k, v, b, n = _inputs(2, 4, 2, 30, 30, 16, seed=12, big=20.0)  # large scores: the literal power overflows
+    qh, kh, vh = (t.to(dtype).requires_grad_(True) for t in (q, k, v))
+    out = blockwise_attention(qh, kh, vh, b, n, is_causal=True, block_size=8)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    ref = blockwise_attention(qh.detach().float(), kh.detach().float(), vh.detach().float(), b, n, is_causal=True,
+                              block_size=8)
+    tol = 1e-2 if dtype == torch.float16 else 3e-2
+    torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol)
+    out.float().sum().backward()
+    for t in (qh, kh, vh):
+        assert t.grad.dtype == dtype and torch.isfinite(t.grad.float()).all()
+
+
+def test_gradcheck_float64():
+    gen = torch.Generator().manual_seed(13)
+    q = torch.randn(1, 4, 7, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, 2, 7, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(1, 2, 7, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    b = torch.tensor([0.5, 1.0, 1.5, 0.8], dtype=torch.float64, requires_grad=True)
+    n = torch.tensor([1.0, 1.5, 2.0, 1.2], dtype=torch.float64, requires_grad=True)
+    mask = torch.ones(1, 1, 7, 7, dtype=torch.bool)
+    mask[..., 0] = False
+    mask[..., 2, :] = False  # a fully masked row
+
+    # float64 inputs are computed in float64 by the kernel, so gradcheck's finite differences are exact enough.
+    def fn(q, k, v, b, n):
+        return blockwise_attention(q, k, v, b, n, attn_mask=mask, is_causal=True, block_size=3)
+
+    assert torch.autograd.gradcheck(fn, (q, k, v, b, n))
+
+
+def test_bad_arguments():
+    q, k, v, b, n = _inputs(1, 3, 3, 4, 4, 8)
+    with pytest.raises(ValueError, match="ssa, softmax"):
+        blockwise_attention(q, k, v, b, n, scoring="sparsemax")
+    with pytest.raises(ValueError, match="multiple"):
+        blockwise_attention(q, k[:, :2], v[:, :2], b, n)
+    with pytest.raises(ValueError, match="bool"):
+        blockwise_attention(q, k, v, b, n, attn_mask=torch.zeros(1, 1, 4, 4))
+    with pytest.raises(ValueError, match="one value per head"):
+        blockwise_attention(q, k, v, torch.ones(2), n)
+
+
+def test_compiled_tiles_match_eager():
+    """The only test that compiles (small static tiles); values and gradients equal the eager path."""
+    bw.set_blockwise_compile(True)
+    q, k, v, b, n = _inputs(1, 2, 1, 24, 24, 8, seed=14)
+    mask = _padding_mask(1, 24, 24, seed=14, side="left")
+    args = [t.clone().requires_grad_(True) for t in (q, k, v, b, n)]
+    out = blockwise_attention(*args, attn_mask=mask, is_causal=True, block_size=8)
+    out.square().sum().backward()
+    bw.set_blockwise_compile(False)
+    args_e = [t.clone().requires_grad_(True) for t in (q, k, v, b, n)]
+    out_e = blockwise_attention(*args_e, attn_mask=mask, is_causal=True, block_size=8)
+    out_e.square().sum().backward()
+    torch.testing.assert_close(out, out_e, rtol=1e-5, atol=1e-6)
+    for a, e in zip(args, args_e):
+        torch.testing.assert_close(a.grad, e.grad, rtol=1e-4, atol=1e-5)
