@@ -71,8 +71,9 @@ def _eager_refuses(spec, needs_grad, device, dropout):
 def _eager_run(query, key, value, spec, params, mask, scale, dropout, training):
     heads = query.shape[1]
     key, value = _expand_kv(key, heads), _expand_kv(value, heads)
-    # scores and weights in float32 whatever the input dtype: SSA's logits must not be formed in fp16
-    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale
+    # scores and weights in float32 for half inputs: SSA's logits must not be formed in fp16 (float64 stays float64)
+    compute = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    scores = torch.matmul(query.to(compute), key.to(compute).transpose(-1, -2)) * scale
     weights = spec.weights(scores, mask, params)
     if dropout > 0.0 and training:
         weights = F.dropout(weights, p=dropout, training=True)
@@ -162,7 +163,9 @@ def _causal_mask(q_len: int, kv_len: int, device) -> Tensor:
 
 def _as_head_tensor(value, heads: int, name: str, device, positive: bool) -> Tensor:
     tensor = value if isinstance(value, Tensor) else torch.tensor(float(value))
-    tensor = tensor.to(device=device, dtype=torch.float32) if not tensor.is_floating_point() or tensor.device != device else tensor
+    if not tensor.is_floating_point():
+        tensor = tensor.float()
+    tensor = tensor.to(device)
     if tensor.dim() > 1 or tensor.numel() not in (1, heads):
         raise ValueError(f"{name} must be a scalar or a tensor of shape [num_heads={heads}], got shape {tuple(tensor.shape)}")
     if not torch.compiler.is_compiling():
@@ -171,7 +174,7 @@ def _as_head_tensor(value, heads: int, name: str, device, positive: bool) -> Ten
             raise ValueError(f"{name} must be finite, got {detached.tolist()}")
         if positive and (detached <= 0).any():
             raise ValueError(f"{name} must be > 0, got {detached.tolist()}")
-    return tensor.float().reshape(-1).expand(heads)
+    return tensor.reshape(-1).expand(heads)
 
 
 def scored_attention(

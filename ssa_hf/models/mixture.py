@@ -21,12 +21,12 @@ class MixedScoringParameters(ScoringModule):
         self.groups = nn.ModuleDict(
             {name: ScoringParameters(name, self.names.count(name), options) for name in self.order}
         )
-        for name in self.order:
-            index = torch.tensor([h for h, n in enumerate(self.names) if n == name], dtype=torch.long)
-            self.register_buffer(f"heads_{name}", index, persistent=False)
+        # plain lists, not buffers: from_pretrained materialises models from the meta device, where a
+        # non-persistent buffer would come back uninitialised
+        self.heads = {name: [h for h, n in enumerate(self.names) if n == name] for name in self.order}
 
-    def head_index(self, name: str) -> Tensor:
-        return getattr(self, f"heads_{name}")
+    def head_index(self, name: str, device=None) -> Tensor:
+        return torch.tensor(self.heads[name], dtype=torch.long, device=device)
 
     def reset_parameters(self) -> None:
         for group in self.groups.values():
@@ -46,7 +46,7 @@ def run_mixture(scoring: MixedScoringParameters, query: Tensor, key: Tensor, val
     out = query.new_empty(query.shape[:3] + (value.shape[-1],))
     weights = None
     for name in scoring.order:
-        index = scoring.head_index(name).to(query.device)
+        index = scoring.head_index(name, query.device)
         kv_index = index // groups
         group_out, group_weights = run_group(
             name, scoring.groups[name](), query[:, index], key[:, kv_index], value[:, kv_index]
