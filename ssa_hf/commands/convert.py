@@ -1,0 +1,48 @@
+"""`ssa-hf convert`: turn a Llama, RoBERTa or BERT checkpoint folder into its SSA twin."""
+
+
+def run(args) -> int:
+    from ..hub import convert_checkpoint
+    from ..presets import parse_overrides
+
+    overrides = parse_overrides(args.set)
+    scoring = args.attention_scoring
+    if "," in scoring:
+        scoring = [name.strip() for name in scoring.split(",")]
+    result = convert_checkpoint(
+        args.src, args.dst, scoring, dtype=args.dtype, overwrite=args.overwrite, check_outputs=not args.no_check,
+        base_model=args.base_model, license=args.license, **overrides,
+    )
+    check = result.output_check
+    print(f"converted {result.source_class} -> {result.target_class} (attention_scoring={result.attention_scoring!r}, "
+          f"dtype {result.dtype})")
+    print(f"copied {result.copied_tensors} tensors; initialised {len(result.initialised_tensors)} scoring tensors "
+          f"from the config" + (f"; dropped {len(result.dropped_tensors)} old scoring tensors" if result.dropped_tensors else ""))
+    if check.get("performed"):
+        verdict = "matches the source" if check["must_match"] else "scoring changed, so outputs differ"
+        print(f"output check: max |difference| to the source {check['max_abs_diff']:.3g} ({verdict})")
+    if result.tokenizer_files:
+        print(f"tokenizer files copied: {', '.join(result.tokenizer_files)}")
+    print(f"wrote {result.destination} (model card README.md, ssa_conversion.json)")
+    return 0
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "convert", help="turn a Llama / RoBERTa / BERT checkpoint folder into its SSA twin",
+        description="Copy every weight of SRC into an ssa-hf model with the chosen attention scoring (the scoring "
+                    "parameters are initialised from the config), check the outputs, and write DST atomically "
+                    "with the tokenizer files and a model card.")
+    parser.add_argument("src", help="source checkpoint folder (config.json + weights)")
+    parser.add_argument("dst", help="destination folder (must not exist unless --overwrite)")
+    parser.add_argument("--attention-scoring", default="ssa",
+                        help="scoring function (ssa, softmax, ...; a comma-separated list gives one per head)")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="a scoring setting, e.g. --set ssa_n_init=2 --set ssa_learn_n=false (repeatable)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                        help="dtype of the saved weights (auto: the source's)")
+    parser.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
+    parser.add_argument("--no-check", action="store_true", help="skip running both models on a random batch")
+    parser.add_argument("--base-model", help="Hub id of the source model, recorded as base_model in the card")
+    parser.add_argument("--license", help="license id for the card metadata (e.g. apache-2.0)")
+    parser.set_defaults(func=run)

@@ -1,0 +1,291 @@
+"""Model presets: YAML files in `configs/models/` that name a model family and its config fields.
+
+A preset file looks like::
+
+    family: ssa_llama            # ssa_llama (SSALlamaConfig) or ssa_bert (SSABertConfig)
+    description: one line shown by `ssa-hf params`
+    config:                      # any field of the family's config class
+      hidden_size: 768
+      ...
+
+`load_model_config("decoder_114m", attention_scoring="softmax")` returns the config with the overrides applied,
+`build_model(config, task)` the model, `count_parameters(config)` its parameter count without allocating weights.
+The folder is `configs/` of the repository checkout, or `$SSA_HF_CONFIGS_DIR`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from .models.configuration_ssa_bert import SSABertConfig
+from .models.configuration_ssa_llama import SSALlamaConfig
+from .models.modeling_ssa_bert import SSABertForMaskedLM, SSABertForSequenceClassification, SSABertModel
+from .models.modeling_ssa_llama import SSALlamaForCausalLM, SSALlamaForSequenceClassification, SSALlamaModel
+
+CONFIGS_ENV = "SSA_HF_CONFIGS_DIR"
+
+FAMILIES: dict[str, type] = {"ssa_llama": SSALlamaConfig, "ssa_bert": SSABertConfig}
+
+MODEL_CLASSES: dict[str, dict[str, type]] = {
+    "ssa_llama": {
+        "causal_lm": SSALlamaForCausalLM,
+        "base": SSALlamaModel,
+        "sequence_classification": SSALlamaForSequenceClassification,
+    },
+    "ssa_bert": {
+        "masked_lm": SSABertForMaskedLM,
+        "base": SSABertModel,
+        "sequence_classification": SSABertForSequenceClassification,
+    },
+}
+
+DEFAULT_TASK = {"ssa_llama": "causal_lm", "ssa_bert": "masked_lm"}
+
+
+def configs_dir() -> Path:
+    """The `configs/` folder: `$SSA_HF_CONFIGS_DIR`, else the one beside the `ssa_hf` package in the checkout."""
+    override = os.environ.get(CONFIGS_ENV)
+    if override:
+        path = Path(override).expanduser()
+        if not path.is_dir():
+            raise FileNotFoundError(f"{CONFIGS_ENV}={override!r} is not a folder; point it at the configs/ folder")
+        return path
+    path = Path(__file__).resolve().parents[1] / "configs"
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"no configs/ folder at {path} (ssa_hf is not running from a repository checkout); "
+            f"set {CONFIGS_ENV} to the configs/ folder of an ssa-hf checkout, or pass a preset file path"
+        )
+    return path
+
+
+def presets_dir() -> Path:
+    return configs_dir() / "models"
+
+
+def list_presets() -> list[str]:
+    """Names of the presets in `configs/models/` (file stems)."""
+    folder = presets_dir()
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+@dataclass
+class Preset:
+    """One preset file: its name, family, description and config fields."""
+
+    name: str
+    path: Path
+    family: str
+    description: str
+    config: dict[str, Any]
+
+    @property
+    def config_class(self) -> type:
+        return FAMILIES[self.family]
+
+
+def resolve_preset_path(name_or_path: str | os.PathLike) -> Path:
+    text = str(name_or_path)
+    candidate = Path(text).expanduser()
+    if candidate.suffix in (".yaml", ".yml") or os.sep in text or candidate.is_file():
+        if not candidate.is_file():
+            raise FileNotFoundError(f"preset file {text!r} does not exist")
+        return candidate
+    path = presets_dir() / f"{text}.yaml"
+    if not path.is_file():
+        raise ValueError(f"unknown model preset {text!r}; choose from {list_presets()} or give a YAML file path")
+    return path
+
+
+def load_preset(name_or_path: str | os.PathLike) -> Preset:
+    """Read and check a preset file (by name in configs/models/, or by path)."""
+    path = resolve_preset_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path}: not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a preset is a mapping with keys 'family' and 'config'")
+    unknown = set(data) - {"family", "description", "config"}
+    if unknown:
+        raise ValueError(f"{path}: unknown top-level keys {sorted(unknown)}; allowed: family, description, config")
+    family = data.get("family")
+    if family not in FAMILIES:
+        raise ValueError(f"{path}: 'family' must be one of {list(FAMILIES)}, got {family!r}")
+    fields = data.get("config") or {}
+    if not isinstance(fields, dict):
+        raise ValueError(f"{path}: 'config' must be a mapping of config fields")
+    check_config_fields(FAMILIES[family], fields, where=str(path))
+    return Preset(path.stem, path, family, str(data.get("description") or ""), dict(fields))
+
+
+def config_field_names(config_class: type) -> set[str]:
+    """Names a config class accepts: its dataclass fields plus properties such as `num_labels`."""
+    names = {f.name for f in dataclasses.fields(config_class)} if dataclasses.is_dataclass(config_class) else set()
+    names |= {n for n in dir(config_class) if isinstance(getattr(config_class, n, None), property)}
+    return {n for n in names if not n.startswith("_")}
+
+
+def check_config_fields(config_class: type, fields: dict[str, Any], where: str) -> None:
+    """transformers configs keep unknown keyword arguments as attributes, so a typo would be ignored silently:
+    refuse names the config class does not define."""
+    known = config_field_names(config_class)
+    unknown = sorted(k for k in fields if k not in known)
+    if unknown:
+        import difflib
+
+        hints = [f"{k!r} (did you mean {difflib.get_close_matches(k, known, n=1)[0]!r}?)"
+                 if difflib.get_close_matches(k, known, n=1) else repr(k) for k in unknown]
+        raise ValueError(f"{where}: {config_class.__name__} has no field {', '.join(hints)}")
+
+
+def load_model_config(name_or_path: str | os.PathLike, **overrides) -> SSALlamaConfig | SSABertConfig:
+    """The config of a preset (name in configs/models/ or a YAML path) with `overrides` applied,
+    e.g. `load_model_config("decoder_114m", attention_scoring="softmax", vocab_size=8192)`."""
+    preset = load_preset(name_or_path)
+    check_config_fields(preset.config_class, overrides, where=f"override of preset {preset.name!r}")
+    fields = {**preset.config, **overrides}
+    try:
+        return preset.config_class(**fields)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"preset {preset.name!r}: {error}") from None
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+    """`["attention_scoring=softmax", "ssa_n_init=2"]` -> {"attention_scoring": "softmax", "ssa_n_init": 2};
+    values are read as YAML scalars/lists (numbers, true/false, null, [a, b])."""
+    overrides: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"override {item!r}: write KEY=VALUE, e.g. attention_scoring=softmax")
+        try:
+            overrides[key] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError as error:
+            raise ValueError(f"override {item!r}: cannot read the value: {error}") from None
+    return overrides
+
+
+def family_of(config) -> str:
+    for family, config_class in FAMILIES.items():
+        if isinstance(config, config_class):
+            return family
+    raise ValueError(
+        f"expected an SSALlamaConfig or SSABertConfig (from load_model_config), got {type(config).__name__}"
+    )
+
+
+def model_class(config, task: str | None = None) -> type:
+    """The ssa-hf model class for a config and a task (default: causal_lm for ssa_llama, masked_lm for ssa_bert)."""
+    family = family_of(config)
+    task = task or DEFAULT_TASK[family]
+    classes = MODEL_CLASSES[family]
+    if task not in classes:
+        raise ValueError(f"task {task!r} is not available for {family}; choose from {list(classes)}")
+    return classes[task]
+
+
+def build_model(config, task: str | None = None, *, attn_implementation: str | None = None,
+                dtype: torch.dtype | None = None):
+    """A freshly initialised model for `config`. The config is copied first (building a model records the
+    attention implementation in its config, which must not leak into a second model built from the same one)."""
+    cls = model_class(config, task)
+    config = copy.deepcopy(config)
+    kwargs = {}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    return cls._from_config(config, **kwargs)
+
+
+def count_parameters(config, task: str | None = None, trainable_only: bool = False) -> int:
+    """Number of parameters of `build_model(config, task)`, built on the meta device (no memory for weights).
+    Tied weights count once; fixed scoring values (buffers) are not parameters."""
+    cls = model_class(config, task)
+    with torch.device("meta"):
+        model = cls(copy.deepcopy(config))
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+@dataclass
+class ParameterCount:
+    preset: str
+    model_class: str
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    parameters: int
+    embedding_parameters: int
+
+    @property
+    def parameters_m(self) -> float:
+        return self.parameters / 1e6
+
+    def row(self) -> list:
+        return [self.preset, self.model_class, self.layers, self.hidden, self.intermediate, self.heads,
+                self.kv_heads, self.vocab, f"{self.parameters:,}", f"{self.parameters / 1e6:.2f}",
+                f"{(self.parameters - self.embedding_parameters) / 1e6:.2f}"]
+
+
+PARAMETER_TABLE_HEADERS = ["preset", "class", "layers", "hidden", "intermediate", "heads", "kv heads", "vocab",
+                           "parameters", "parameters (M)", "without input embeddings (M)"]
+
+
+def describe_parameters(name_or_path: str | os.PathLike, task: str | None = None, **overrides) -> ParameterCount:
+    """Shape and parameter count of a preset (the `ssa-hf params` row)."""
+    config = load_model_config(name_or_path, **overrides)
+    cls = model_class(config, task)
+    with torch.device("meta"):
+        model = cls(copy.deepcopy(config))
+    total = sum(p.numel() for p in model.parameters())
+    embedding = model.get_input_embeddings().weight.numel()
+    return ParameterCount(
+        preset=Path(str(name_or_path)).stem,
+        model_class=cls.__name__,
+        layers=config.num_hidden_layers,
+        hidden=config.hidden_size,
+        intermediate=config.intermediate_size,
+        heads=config.num_attention_heads,
+        kv_heads=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
+        vocab=config.vocab_size,
+        parameters=total,
+        embedding_parameters=embedding,
+    )
+
+
+def parameter_table(names: list[str], task: str | None = None, **overrides) -> str:
+    from .reporting import markdown_table
+
+    return markdown_table(PARAMETER_TABLE_HEADERS, [describe_parameters(n, task, **overrides).row() for n in names])
+
+
+__all__ = [
+    "CONFIGS_ENV",
+    "FAMILIES",
+    "ParameterCount",
+    "Preset",
+    "build_model",
+    "configs_dir",
+    "count_parameters",
+    "describe_parameters",
+    "family_of",
+    "list_presets",
+    "load_model_config",
+    "load_preset",
+    "model_class",
+    "parameter_table",
+    "parse_overrides",
+]
