@@ -1,0 +1,28 @@
+"""`ssa-hf pretrain`: the pretraining run of scripts/pretrain.py (a config file plus --KEY VALUE overrides)."""
+
+
+def run(args) -> int:
+    from ..train import config_from_args, pretrain
+
+    result = pretrain(config_from_args(args))
+    metrics = result.metrics
+    print(
+        f"steps {result.steps}; train loss {metrics.get('final_train_loss')}; validation perplexity "
+        f"{metrics.get('eval_perplexity')}; tokens/s {metrics.get('train_tokens_per_second')}"
+    )
+    print(f"final folder: {result.final_dir}; metrics: {result.output_dir}/metrics.json")
+    return 0
+
+
+def register(subparsers) -> None:
+    from ..train.config import add_pretrain_arguments
+
+    parser = subparsers.add_parser(
+        "pretrain",
+        help="pretrain a causal or masked LM (also: accelerate launch scripts/pretrain.py)",
+        description="Pretrain a causal or masked LM. Any config key is an option: --max_steps 100, "
+        "--data.block_size 256, --model.attention_scoring softmax, --model.overrides num_hidden_layers=4. "
+        "For several processes use `accelerate launch scripts/pretrain.py` (see docs/pretraining.md).",
+    )
+    add_pretrain_arguments(parser)
+    parser.set_defaults(func=run)

@@ -1,0 +1,428 @@
+"""Training corpora for causal and masked language models: splitting, tokenisation, packing, masking, batching.
+
+- Causal LM: documents are tokenised without special tokens, joined with the eos token after each one, and cut
+  into blocks of `block_size` tokens (the labels are the inputs; the model shifts them). `pack_documents`
+  documents are packed together; what is left over at the end of such a group (less than one block) is dropped,
+  the same way for map-style and streamed data.
+- Masked LM, as BabyBERTa: one document (one sentence / utterance) per input, wrapped as `<s> ... </s>` and
+  truncated to `max_length` tokens, padded per batch. `mlm_probability` of the ordinary tokens are selected and
+  every selected token is replaced by `<mask>` (no 80/10/10 keep/random split); a sentence in which nothing was
+  selected gets one selected token, so that every input contributes to the loss.
+- A held-out validation set: a separate source, or `validation_documents` documents held out of the training
+  source (a seeded random choice for map-style data, the first documents of a stream).
+- Batches come from a `BatchStream` whose position (`state_dict`) is saved in checkpoints: map-style data is read
+  in a seeded permutation per epoch, the same global order for any number of processes (process r takes its slice
+  of each global micro-batch); streamed data is split between processes by `datasets.distributed` and resumes
+  from the `datasets` stream state. Masking draws from a generator seeded by (seed, process, micro-batch number),
+  so a resumed run masks exactly as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from .sources import TextSource, load_texts
+
+logger = logging.getLogger("ssa_hf.data")
+
+TASKS = ("causal", "masked")
+
+
+@dataclass
+class DataConfig:
+    """The data of a pretraining run.
+
+    train: the training source (a `TextSource`; a plain string is its path).
+    validation: a separate held-out source; when null, `validation_documents` documents of `train` are held out.
+    validation_documents: size of the held-out set in documents (0: no validation).
+    block_size: causal LM: tokens per packed block.
+    max_length: masked LM: at most this many tokens per input, `<s>` and `</s>` included.
+    mlm_probability: masked LM: share of the ordinary tokens selected for prediction (all replaced by <mask>).
+    shuffle: map-style data: read in a seeded random order, a new permutation every epoch.
+    shuffle_buffer: streamed data: shuffle with a buffer of this many examples (0: stream order). A resumed run
+        refills the buffer, so it continues with a different (still seeded) order; keep 0 for exact resumption.
+    pack_documents: documents tokenised (and, causal, packed) together.
+    num_proc: processes for tokenising map-style data (null: one).
+    validation_max_samples: evaluate at most this many validation blocks / sentences.
+    """
+
+    train: TextSource = field(default_factory=TextSource)
+    validation: TextSource | None = None
+    validation_documents: int = 1000
+    block_size: int = 1024
+    max_length: int = 128
+    mlm_probability: float = 0.15
+    shuffle: bool = True
+    shuffle_buffer: int = 0
+    pack_documents: int = 1000
+    num_proc: int | None = None
+    validation_max_samples: int | None = None
+
+    def validate(self, task: str, where: str = "data") -> None:
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        self.train.validate(f"{where}.train")
+        if self.validation is not None:
+            self.validation.validate(f"{where}.validation")
+        if self.validation_documents < 0:
+            raise ValueError(f"{where}.validation_documents must be >= 0, got {self.validation_documents}")
+        if task == "causal" and self.block_size < 2:
+            raise ValueError(f"{where}.block_size must be >= 2 (a block predicts block_size - 1 tokens), got {self.block_size}")
+        if task == "masked":
+            if self.max_length < 3:
+                raise ValueError(f"{where}.max_length must be >= 3 (<s>, a token, </s>), got {self.max_length}")
+            if not 0.0 < self.mlm_probability < 1.0:
+                raise ValueError(f"{where}.mlm_probability must be in (0, 1), got {self.mlm_probability}")
+        if self.shuffle_buffer < 0 or self.pack_documents < 1:
+            raise ValueError(f"{where}.shuffle_buffer must be >= 0 and {where}.pack_documents >= 1")
+
+
+# --------------------------------------------------------------------------------------------------
+# Tokenisation: packing (causal) and one sentence per input (masked)
+# --------------------------------------------------------------------------------------------------
+
+
+def pack_documents(token_lists: list[list[int]], eos_id: int, block_size: int) -> list[list[int]]:
+    """Join documents with `eos_id` after each one and cut the stream into full blocks (the remainder is dropped)."""
+    stream: list[int] = []
+    for tokens in token_lists:
+        stream.extend(tokens)
+        stream.append(eos_id)
+    full = len(stream) // block_size
+    return [stream[i * block_size : (i + 1) * block_size] for i in range(full)]
+
+
+def _check_texts(batch: dict[str, list], indices: list[int] | None) -> None:
+    for position, text in enumerate(batch["text"]):
+        if not isinstance(text, str):
+            where = f"record {indices[position]}" if indices is not None else "a record"
+            raise ValueError(f"{where} of the data set: the text is {type(text).__name__}, not a string")
+
+
+class CausalEncoder:
+    """`datasets.map(batched=True)` function: texts -> packed blocks of token ids."""
+
+    def __init__(self, tokenizer, block_size: int):
+        if tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer has no eos token; causal packing needs one between documents")
+        self.tokenizer = tokenizer
+        self.block_size = block_size
+
+    def __call__(self, batch: dict[str, list], indices: list[int] | None = None) -> dict[str, list]:
+        _check_texts(batch, indices)
+        ids = self.tokenizer(batch["text"], add_special_tokens=False, verbose=False)["input_ids"]
+        return {"input_ids": pack_documents(ids, self.tokenizer.eos_token_id, self.block_size)}
+
+
+class MaskedEncoder:
+    """`datasets.map(batched=True)` function: one sentence -> one input `<s> ... </s>` of at most max_length."""
+
+    def __init__(self, tokenizer, max_length: int):
+        if tokenizer.mask_token_id is None:
+            raise ValueError("the tokenizer has no mask token; a masked LM needs one")
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+
+    def __call__(self, batch: dict[str, list], indices: list[int] | None = None) -> dict[str, list]:
+        _check_texts(batch, indices)
+        encoded = self.tokenizer(batch["text"], add_special_tokens=True, truncation=True, max_length=self.max_length, verbose=False)
+        return {"input_ids": encoded["input_ids"]}
+
+
+def encoder_for(task: str, tokenizer, config: DataConfig):
+    return CausalEncoder(tokenizer, config.block_size) if task == "causal" else MaskedEncoder(tokenizer, config.max_length)
+
+
+# --------------------------------------------------------------------------------------------------
+# Collation and masking
+# --------------------------------------------------------------------------------------------------
+
+
+def collate_causal(rows: list[list[int]]) -> dict[str, torch.Tensor]:
+    input_ids = torch.tensor(rows, dtype=torch.long)
+    return {"input_ids": input_ids, "labels": input_ids.clone()}
+
+
+def mask_tokens(
+    input_ids: torch.Tensor,
+    maskable: torch.Tensor,
+    mask_token_id: int,
+    probability: float,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BabyBERTa masking: select `probability` of the maskable positions, replace every selected token by the mask
+    token. A row with maskable positions but no selection gets one (uniformly chosen). Returns (inputs, labels)
+    with labels -100 where nothing is predicted."""
+    chance = torch.rand(input_ids.shape, generator=generator)
+    selected = (chance < probability) & maskable
+    empty = maskable.any(dim=1) & ~selected.any(dim=1)
+    if empty.any():
+        pick = torch.rand(input_ids.shape, generator=generator).masked_fill(~maskable, -1.0).argmax(dim=1)
+        rows = empty.nonzero(as_tuple=True)[0]
+        selected[rows, pick[rows]] = True
+    labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
+    inputs = torch.where(selected, torch.full_like(input_ids, mask_token_id), input_ids)
+    return inputs, labels
+
+
+class MaskedCollator:
+    """Pads sentences to the longest of the batch and masks them with a given generator."""
+
+    def __init__(self, tokenizer, probability: float, pad_to_multiple_of: int | None = None):
+        self.pad_id = tokenizer.pad_token_id
+        self.mask_id = tokenizer.mask_token_id
+        self.special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+        self.probability = probability
+        self.multiple = pad_to_multiple_of
+
+    def __call__(self, rows: list[list[int]], generator: torch.Generator) -> dict[str, torch.Tensor]:
+        length = max(len(r) for r in rows)
+        if self.multiple:
+            length = -(-length // self.multiple) * self.multiple
+        input_ids = torch.full((len(rows), length), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), length), dtype=torch.long)
+        for i, row in enumerate(rows):
+            input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+            attention_mask[i, : len(row)] = 1
+        maskable = ~torch.isin(input_ids, self.special) & attention_mask.bool()
+        inputs, labels = mask_tokens(input_ids, maskable, self.mask_id, self.probability, generator)
+        return {"input_ids": inputs, "attention_mask": attention_mask, "labels": labels}
+
+
+def batch_generator(seed: int, *keys: int) -> torch.Generator:
+    """A torch generator seeded from (seed, *keys): the same numbers wherever and whenever it is made."""
+    entropy = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, *[int(k) & 0xFFFFFFFF for k in keys]])
+    return torch.Generator().manual_seed(int(entropy.generate_state(1, dtype=np.uint64)[0] >> 1))
+
+
+# --------------------------------------------------------------------------------------------------
+# Batch streams with a resumable position
+# --------------------------------------------------------------------------------------------------
+
+
+class MapBatchStream:
+    """Micro-batches of a map-style data set, in a seeded permutation per epoch. The position is global (the number
+    of examples consumed in the epoch), so a run may resume on a different number of processes."""
+
+    kind = "map"
+
+    def __init__(self, dataset, per_device: int, rank: int, world: int, seed: int, shuffle: bool = True):
+        self.dataset = dataset
+        self.per_device, self.rank, self.world = per_device, rank, world
+        self.seed, self.shuffle = seed, shuffle
+        self.size = len(dataset)
+        global_batch = per_device * world
+        if self.size < global_batch:
+            raise ValueError(
+                f"the training set has {self.size} examples, fewer than one global micro-batch "
+                f"({per_device} per process x {world} processes); use more data or a smaller batch"
+            )
+        self.epoch, self.cursor, self.batches_taken = 0, 0, 0
+        self._order: np.ndarray | None = None
+        self.last_indices: list[int] = []
+
+    def _permutation(self) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.size)
+        return np.random.default_rng([int(self.seed), int(self.epoch)]).permutation(self.size)
+
+    def next_batch(self) -> list[list[int]]:
+        global_batch = self.per_device * self.world
+        if self.cursor + global_batch > self.size:
+            self.epoch, self.cursor, self._order = self.epoch + 1, 0, None
+        if self._order is None:
+            self._order = self._permutation()
+        start = self.cursor + self.rank * self.per_device
+        indices = self._order[start : start + self.per_device].tolist()
+        self.cursor += global_batch
+        self.batches_taken += 1
+        self.last_indices = indices
+        return self.dataset[indices]["input_ids"]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "epoch": self.epoch, "cursor": self.cursor, "batches_taken": self.batches_taken}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("kind") != self.kind:
+            raise ValueError(f"the checkpoint's data position is for {state.get('kind')!r} data, this run reads {self.kind!r} data")
+        self.epoch, self.cursor, self.batches_taken = int(state["epoch"]), int(state["cursor"]), int(state["batches_taken"])
+        self._order = None
+
+
+class StreamBatchStream:
+    """Micro-batches of a streamed (`IterableDataset`) data set, split between processes; restarts the stream at
+    its end (a new epoch). The position is the `datasets` stream state of this process."""
+
+    kind = "stream"
+
+    def __init__(self, dataset, per_device: int, rank: int, world: int, seed: int, shuffle_buffer: int = 0):
+        self.base = dataset
+        self.per_device, self.rank, self.world = per_device, rank, world
+        self.seed, self.shuffle_buffer = seed, shuffle_buffer
+        self.epoch, self.batches_taken = 0, 0
+        self._dataset = self._make()
+        self._iterator = None
+        self.last_indices: list[int] = []
+
+    def _make(self):
+        from datasets.distributed import split_dataset_by_node
+
+        dataset = self.base
+        if self.world > 1:
+            dataset = split_dataset_by_node(dataset, rank=self.rank, world_size=self.world)
+        if self.shuffle_buffer:
+            dataset = dataset.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer)
+        dataset.set_epoch(self.epoch)
+        return dataset
+
+    def next_batch(self) -> list[list[int]]:
+        rows: list[list[int]] = []
+        restarted_empty = False
+        while len(rows) < self.per_device:
+            if self._iterator is None:
+                self._iterator = iter(self._dataset)
+            try:
+                rows.append(next(self._iterator)["input_ids"])
+                restarted_empty = False
+            except StopIteration:
+                if restarted_empty:
+                    raise ValueError(
+                        f"process {self.rank}'s share of the training stream yields no examples "
+                        "(too few documents, or documents too short for one block)"
+                    ) from None
+                restarted_empty = True
+                self.epoch += 1
+                self._dataset, self._iterator = self._make(), None
+        self.batches_taken += 1
+        return rows
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "epoch": self.epoch,
+            "batches_taken": self.batches_taken,
+            "dataset": self._dataset.state_dict(),
+            "world": self.world,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("kind") != self.kind:
+            raise ValueError(f"the checkpoint's data position is for {state.get('kind')!r} data, this run reads {self.kind!r} data")
+        if int(state.get("world", self.world)) != self.world:
+            raise ValueError(
+                f"the checkpoint streamed its data with {state['world']} processes; resume it with the same number "
+                f"(got {self.world}): each process's stream position is its own"
+            )
+        self.epoch, self.batches_taken = int(state["epoch"]), int(state["batches_taken"])
+        self._dataset = self._make()
+        self._dataset.load_state_dict(state["dataset"])
+        self._iterator = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Building a corpus
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Corpus:
+    """Tokenised training data (map-style or streamed) and the materialised validation examples."""
+
+    task: str
+    train: Any
+    validation: list[list[int]]
+    streaming: bool
+    train_description: str
+    validation_description: str
+
+    def batch_stream(self, per_device: int, rank: int, world: int, seed: int, config: DataConfig):
+        if self.streaming:
+            return StreamBatchStream(self.train, per_device, rank, world, seed, config.shuffle_buffer)
+        return MapBatchStream(self.train, per_device, rank, world, seed, config.shuffle)
+
+    @property
+    def train_examples(self) -> int | None:
+        return None if self.streaming else len(self.train)
+
+
+def _is_stream(dataset) -> bool:
+    import datasets
+
+    return isinstance(dataset, datasets.IterableDataset)
+
+
+def split_validation(config: DataConfig, seed: int = 0):
+    """Load the texts of a run: (train texts, validation texts or None), as `datasets` data sets."""
+    texts = load_texts(config.train)
+    n = config.validation_documents
+    if config.validation is not None:
+        validation = load_texts(config.validation)
+        if n:
+            validation = validation.take(n) if _is_stream(validation) else validation.select(range(min(n, len(validation))))
+        return texts, validation
+    if n == 0:
+        return texts, None
+    if _is_stream(texts):
+        return texts.skip(n), texts.take(n)
+    if n >= len(texts):
+        raise ValueError(
+            f"data.validation_documents={n} holds out all {len(texts)} documents of {config.train.describe()}; "
+            "lower it or give a separate data.validation source"
+        )
+    split = texts.train_test_split(test_size=n, seed=seed, shuffle=True)
+    return split["train"], split["test"]
+
+
+def iter_text_column(texts, limit: int | None = None):
+    """The `text` values of a data set (map-style or streamed), at most `limit` (for tokenizer training)."""
+    for index, record in enumerate(texts):
+        if limit is not None and index >= limit:
+            return
+        yield record["text"]
+
+
+def build_corpus(
+    config: DataConfig, tokenizer, task: str, texts=None, seed: int = 0, show_progress: bool = True
+) -> Corpus:
+    """Tokenise the data of a run (see the module docstring). `texts`: the result of `split_validation` when the
+    caller already has it (e.g. to train the tokenizer on the training split first)."""
+    import datasets
+
+    config.validate(task)
+    if not show_progress:
+        datasets.disable_progress_bars()
+    train, validation = texts if texts is not None else split_validation(config, seed)
+    encoder = encoder_for(task, tokenizer, config)
+    streaming = _is_stream(train)
+    map_kwargs: dict[str, Any] = {"batched": True, "batch_size": config.pack_documents, "remove_columns": ["text"],
+                                  "with_indices": True}
+    if streaming:
+        train = train.map(encoder, **map_kwargs)
+    else:
+        train = train.map(encoder, num_proc=config.num_proc, desc="tokenising", **map_kwargs)
+        if len(train) == 0:
+            raise ValueError(
+                f"no training examples from {config.train.describe()}"
+                + (f" (documents shorter than one block of {config.block_size}?)" if task == "causal" else "")
+            )
+    examples: list[list[int]] = []
+    if validation is not None:
+        for record in validation.map(encoder, **map_kwargs):
+            examples.append(record["input_ids"])
+            if config.validation_max_samples is not None and len(examples) >= config.validation_max_samples:
+                break
+        if not examples:
+            raise ValueError(
+                "the validation set yields no examples"
+                + (f" (fewer tokens than one block of {config.block_size}?)" if task == "causal" else "")
+                + "; raise data.validation_documents or lower data.block_size"
+            )
+    source = config.validation.describe() if config.validation is not None else (
+        f"{config.validation_documents} documents held out of the training source" if validation is not None else "none"
+    )
+    return Corpus(task, train, examples, streaming, config.train.describe(), source)

@@ -1,0 +1,201 @@
+"""The configuration of a pretraining run (`PretrainConfig`), from a YAML file plus command-line overrides."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..data.corpus import TASKS, DataConfig
+from ..data.tokenizer import TokenizerConfig
+from .options import (
+    ConfigError,
+    add_dataclass_arguments,
+    from_dict,
+    load_yaml,
+    set_dotted,
+    to_dict,
+)
+
+SCHEDULERS = ("cosine", "linear", "constant")
+PRECISIONS = ("auto", "no", "bf16", "fp16")
+
+
+@dataclass
+class ModelConfig:
+    """The model: a preset of configs/models (or a preset YAML path) with overrides.
+
+    preset: preset name (tiny_llama, tiny_bert, decoder_114m, babyberta, ...) or a preset YAML file.
+    attention_scoring: the scoring function (ssa, softmax, ...); null keeps the preset's.
+    overrides: other config fields of the preset's family (vocab size and special-token ids come from the tokenizer).
+    attn_implementation: transformers attention implementation (null: the model's default, ssa_auto).
+    """
+
+    preset: str = "tiny_llama"
+    attention_scoring: str | list[str] | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    attn_implementation: str | None = None
+
+
+@dataclass
+class PretrainConfig:
+    """A pretraining run.
+
+    task: causal (decoder, next-token prediction) or masked (encoder, masked-token prediction).
+    output_dir: the run folder: checkpoints/, logs/, log_history.jsonl, and final/ (the Hub-ready model).
+    run_name: name in the model card and the trackers (default: the output folder's name).
+    seed: seeds model initialisation, data order, masking and dropout.
+    max_steps: optimizer steps of the run (the learning-rate schedule spans them).
+    stop_after_steps: end this invocation after this step with a checkpoint (resume later with --resume).
+    per_device_train_batch_size: sequences per process per micro-batch.
+    gradient_accumulation_steps: micro-batches per optimizer step.
+    global_batch_size: if set, sequences per optimizer step over all processes; gradient_accumulation_steps is then derived (per_device x processes x accumulation).
+    learning_rate: peak learning rate (AdamW).
+    min_learning_rate: cosine schedule: the learning rate it decays to (default 0.1 x learning_rate).
+    lr_scheduler: cosine, linear (decay to 0) or constant, each after the warm-up.
+    warmup_steps: linear warm-up from 0 to the peak.
+    weight_decay: AdamW weight decay (not applied to biases, norms, embeddings and scoring parameters).
+    adam_beta1: AdamW beta1.
+    adam_beta2: AdamW beta2.
+    adam_epsilon: AdamW epsilon.
+    max_grad_norm: clip the gradient norm to this (0: no clipping).
+    mixed_precision: auto (bf16 where the GPU supports it, else no), no, bf16 or fp16.
+    cpu: train on the CPU even if a GPU is present.
+    cpu_threads: torch threads per process when training on the CPU (null: torch's default). Small models on a
+        busy machine run much faster with 1 (no thread oversubscription).
+    gradient_checkpointing: recompute activations in the backward pass (less memory, more time).
+    torch_compile: torch.compile the model.
+    logging_steps: log loss, learning rate, tokens/s and SSA parameters every this many steps.
+    eval_steps: validation loss and perplexity every this many steps (0: only at the end).
+    per_device_eval_batch_size: validation sequences per process per batch.
+    save_steps: write a checkpoint every this many steps (0: only at the end).
+    save_total_limit: keep the last this many checkpoints (0: keep all).
+    resume: continue from a checkpoint: latest (the newest in output_dir/checkpoints), or a checkpoint folder.
+    overwrite_output_dir: start afresh even if output_dir already has checkpoints (they are deleted).
+    report_to: accelerate trackers (tensorboard, wandb, ...; none for no tracker).
+    push_to_hub: after training, push the final model to this Hub repository id.
+    hub_private: create the Hub repository as private.
+    """
+
+    task: str = "causal"
+    output_dir: str = "outputs/pretrain"
+    run_name: str | None = None
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    max_steps: int = 1000
+    stop_after_steps: int | None = None
+    per_device_train_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    global_batch_size: int | None = None
+    learning_rate: float = 3e-4
+    min_learning_rate: float | None = None
+    lr_scheduler: str = "cosine"
+    warmup_steps: int = 0
+    weight_decay: float = 0.1
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float = 1.0
+    mixed_precision: str = "auto"
+    cpu: bool = False
+    cpu_threads: int | None = None
+    gradient_checkpointing: bool = False
+    torch_compile: bool = False
+    logging_steps: int = 10
+    eval_steps: int = 0
+    per_device_eval_batch_size: int = 16
+    save_steps: int = 0
+    save_total_limit: int = 2
+    resume: str | None = None
+    overwrite_output_dir: bool = False
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    push_to_hub: str | None = None
+    hub_private: bool = False
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the key to fix."""
+        if self.task not in TASKS:
+            raise ConfigError(f"task: must be one of {TASKS}, got {self.task!r}")
+        self.data.validate(self.task)
+        self.tokenizer.validate()
+        positive = ["max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "logging_steps",
+                    "per_device_eval_batch_size"]
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        for name in ("eval_steps", "save_steps", "save_total_limit", "warmup_steps"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if self.stop_after_steps is not None and not 1 <= self.stop_after_steps <= self.max_steps:
+            raise ConfigError(f"stop_after_steps: must be in 1..max_steps ({self.max_steps}), got {self.stop_after_steps}")
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise ConfigError(f"cpu_threads: must be >= 1 (or null), got {self.cpu_threads}")
+        if self.global_batch_size is not None and self.global_batch_size < 1:
+            raise ConfigError(f"global_batch_size: must be >= 1, got {self.global_batch_size}")
+        if self.lr_scheduler not in SCHEDULERS:
+            raise ConfigError(f"lr_scheduler: must be one of {SCHEDULERS}, got {self.lr_scheduler!r}")
+        if self.mixed_precision not in PRECISIONS:
+            raise ConfigError(f"mixed_precision: must be one of {PRECISIONS}, got {self.mixed_precision!r}")
+        if self.learning_rate <= 0:
+            raise ConfigError(f"learning_rate: must be > 0, got {self.learning_rate}")
+        if self.min_learning_rate is not None and not 0 <= self.min_learning_rate <= self.learning_rate:
+            raise ConfigError(f"min_learning_rate: must be in [0, learning_rate], got {self.min_learning_rate}")
+        if self.max_grad_norm < 0 or self.weight_decay < 0:
+            raise ConfigError("max_grad_norm and weight_decay must be >= 0")
+        if self.push_to_hub is not None and "/" not in self.push_to_hub:
+            raise ConfigError(f"push_to_hub: give a repository id 'owner/name', got {self.push_to_hub!r}")
+
+    def accumulation_steps(self, num_processes: int) -> int:
+        """Micro-batches per optimizer step for this number of processes."""
+        if self.global_batch_size is None:
+            return self.gradient_accumulation_steps
+        per_step = self.per_device_train_batch_size * num_processes
+        if self.global_batch_size % per_step:
+            raise ConfigError(
+                f"global_batch_size={self.global_batch_size} is not a multiple of per_device_train_batch_size x "
+                f"processes = {self.per_device_train_batch_size} x {num_processes}; change one of them"
+            )
+        return self.global_batch_size // per_step
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> PretrainConfig:
+    """A `PretrainConfig` from a YAML file (or the defaults) with dotted-key overrides applied, validated."""
+    data = load_yaml(path) if path is not None else {}
+    for key, value in (overrides or {}).items():
+        set_dotted(data, key, value)
+    where = str(path) if path is not None else "config"
+    try:
+        config = from_dict(PretrainConfig, data)
+        config.validate()
+    except ValueError as error:  # ConfigError, and the checks of the data and tokenizer sections
+        raise ConfigError(f"{where}: {error}") from None
+    return config
+
+
+NON_CONFIG_ARGS = ("config", "func", "command", "verbose")
+
+
+def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--config FILE` and one `--KEY VALUE` option per config key (`--data.block_size 128`, `--max_steps 50`)."""
+    parser.add_argument("--config", help="YAML config (configs/pretrain/*.yaml); keys given as options override it")
+    add_dataclass_arguments(parser, PretrainConfig, skip=("resume",))
+    parser.add_argument(
+        "--resume", nargs="?", const="latest", default=argparse.SUPPRESS, metavar="CHECKPOINT",
+        help="continue from the latest checkpoint in output_dir (or from the given checkpoint folder)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> PretrainConfig:
+    overrides = {k: v for k, v in vars(args).items() if k not in NON_CONFIG_ARGS}
+    return load_config(args.config, overrides)

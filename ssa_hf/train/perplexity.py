@@ -1,0 +1,208 @@
+"""Perplexity of a causal LM on random fixed-length windows of a corpus (as the SSA paper: 1,000 random
+1,024-token windows of FineWeb-Edu and of Wikipedia).
+
+The corpus is tokenised document by document and joined with the eos token after each document (the training
+stream's layout); `windows` start positions are drawn uniformly (with replacement) by a seeded generator, each
+window of `window_length` tokens is scored on its `window_length - 1` next-token predictions, and the perplexity
+is exp of the mean negative log-likelihood over all scored tokens. The result records the number of windows, the
+distinct windows, the tokens scored and the size of the corpus, so figures can be compared on equal terms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..data.sources import TextSource, iter_texts
+from ..reporting import OutputDir, markdown_table
+
+
+@dataclass
+class PerplexityResult:
+    model: str
+    data: str
+    windows: int
+    distinct_windows: int
+    window_length: int
+    tokens_scored: int
+    corpus_tokens: int
+    corpus_documents: int
+    mean_nll: float
+    perplexity: float
+    seed: int
+    dtype: str
+    device: str
+
+    def row(self) -> list[Any]:
+        return [self.data, self.windows, self.window_length, self.tokens_scored, self.corpus_tokens,
+                round(self.mean_nll, 4), round(self.perplexity, 3)]
+
+
+TABLE_HEADERS = ["data", "windows", "window length", "tokens scored", "corpus tokens", "mean NLL", "perplexity"]
+
+
+def corpus_token_stream(tokenizer, texts, max_tokens: int | None = None) -> tuple[np.ndarray, int]:
+    """(token ids of the documents joined with eos after each, number of documents)."""
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError("the tokenizer has no eos token to separate documents")
+    pieces, total, documents, batch = [], 0, 0, []
+
+    def flush():
+        nonlocal total
+        for ids in tokenizer(batch, add_special_tokens=False, verbose=False)["input_ids"]:
+            pieces.append(np.asarray(ids + [eos], dtype=np.int64))
+            total += len(ids) + 1
+        batch.clear()
+
+    for text in texts:
+        batch.append(text)
+        documents += 1
+        if len(batch) == 256:
+            flush()
+            if max_tokens is not None and total >= max_tokens:
+                break
+    if batch:
+        flush()
+    stream = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+    return (stream[:max_tokens] if max_tokens is not None else stream), documents
+
+
+def sample_windows(length: int, windows: int, window_length: int, seed: int) -> np.ndarray:
+    """Start positions of `windows` uniformly random windows of `window_length` tokens in a stream of `length`."""
+    if window_length < 2:
+        raise ValueError(f"window_length must be >= 2 (a window predicts window_length - 1 tokens), got {window_length}")
+    if windows < 1:
+        raise ValueError(f"windows must be >= 1, got {windows}")
+    if length < window_length:
+        raise ValueError(
+            f"the corpus has {length} tokens, fewer than one window of {window_length}; use more data or shorter windows"
+        )
+    return np.random.default_rng(seed).integers(0, length - window_length + 1, size=windows)
+
+
+@torch.no_grad()
+def window_perplexity(
+    model, stream: np.ndarray, starts: np.ndarray, window_length: int, batch_size: int = 8
+) -> tuple[float, int]:
+    """(mean NLL, tokens scored) of the windows starting at `starts`."""
+    device = next(model.parameters()).device
+    total_nll, total_tokens = 0.0, 0
+    model.eval()
+    for first in range(0, len(starts), batch_size):
+        chunk = starts[first : first + batch_size]
+        inputs = torch.from_numpy(np.stack([stream[s : s + window_length] for s in chunk])).to(device)
+        logits = model(input_ids=inputs).logits.float()
+        nll = F.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]), inputs[:, 1:].reshape(-1), reduction="sum"
+        )
+        total_nll += float(nll)
+        total_tokens += inputs[:, 1:].numel()
+    return total_nll / total_tokens, total_tokens
+
+
+def heldout_source(model_dir: str | Path):
+    """The held-out validation texts of the run that produced `model_dir` (from its training_config.yaml)."""
+    from ..data.corpus import split_validation
+    from .config import load_config
+
+    config_file = Path(model_dir) / "training_config.yaml"
+    if not config_file.is_file():
+        raise FileNotFoundError(
+            f"{config_file} does not exist: --heldout needs a folder written by `ssa-hf pretrain` (its final/ folder)"
+        )
+    config = load_config(config_file)
+    _, validation = split_validation(config.data, config.seed)
+    if validation is None:
+        raise ValueError(f"the run of {model_dir} held out no validation documents (data.validation_documents: 0)")
+    description = config.data.validation.describe() if config.data.validation else (
+        f"held-out documents of {config.data.train.describe()} ({config.data.validation_documents})"
+    )
+    return (record["text"] for record in validation), description
+
+
+def evaluate_perplexity(
+    model_path: str,
+    data: str | list[str] | None = None,
+    *,
+    heldout: bool = False,
+    name: str | None = None,
+    split: str = "train",
+    text_field: str = "text",
+    max_documents: int | None = None,
+    windows: int = 1000,
+    window_length: int = 1024,
+    seed: int = 0,
+    batch_size: int = 8,
+    device: str | None = None,
+    dtype: str = "float32",
+    output_dir: str | None = None,
+) -> list[PerplexityResult]:
+    """Perplexity of the causal LM at `model_path` on random windows of each corpus in `data` (Hub data set names
+    or local files; `name`/`split`/`text_field` apply to Hub names) and, with `heldout=True`, of the held-out
+    documents of the run that trained it (in-distribution). Writes perplexity.json/.md into `output_dir`."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    import ssa_hf  # noqa: F401  (registers the model classes)
+
+    corpora = [data] if isinstance(data, str) else list(data or [])
+    if not corpora and not heldout:
+        raise ValueError("nothing to evaluate: give --data FILE_OR_HUB (repeatable) and/or --heldout")
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
+    if torch_dtype is None:
+        raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+    if not Path(model_path).is_dir() and not Path(model_path).exists() and "/" not in str(model_path):
+        raise FileNotFoundError(f"model folder {model_path!r} does not exist")
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=True)
+    architectures = getattr(config, "architectures", None) or []
+    if architectures and not any(a.endswith("ForCausalLM") for a in architectures):
+        raise ValueError(
+            f"{model_path} is a {architectures[0]}: window perplexity needs a causal LM. A masked LM's validation "
+            "loss and perplexity (on masked tokens) are in the metrics.json of its training run"
+        )
+    sources = []
+    if heldout:
+        texts, description = heldout_source(model_path)
+        if max_documents is not None:
+            texts = (t for _, t in zip(range(max_documents), texts))
+        sources.append((texts, description))
+    for path in corpora:
+        source = TextSource(path=path, name=name, split=split, text_field=text_field, max_documents=max_documents)
+        sources.append((iter_texts(source), source.describe()))
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype, trust_remote_code=True).to(device)
+    results = []
+    for texts, description in sources:
+        stream, documents = corpus_token_stream(tokenizer, texts)
+        try:
+            starts = sample_windows(len(stream), windows, window_length, seed)
+        except ValueError as error:
+            raise ValueError(f"{description}: {error}") from None
+        mean_nll, scored = window_perplexity(model, stream, starts, window_length, batch_size)
+        results.append(PerplexityResult(
+            model=str(model_path), data=description, windows=int(len(starts)),
+            distinct_windows=int(len(set(starts.tolist()))), window_length=window_length, tokens_scored=scored,
+            corpus_tokens=int(len(stream)), corpus_documents=documents, mean_nll=mean_nll,
+            perplexity=math.exp(mean_nll) if mean_nll < 700 else float("inf"), seed=seed, dtype=dtype,
+            device=str(device),
+        ))
+    if output_dir is not None:
+        out = OutputDir(output_dir)
+        out.write_json("perplexity.json", [asdict(r) for r in results])
+        out.write_markdown(
+            "perplexity.md",
+            f"# Perplexity of {model_path}\n\n{windows} random windows of {window_length} tokens per corpus, "
+            f"seed {seed}, {dtype} on {device}.\n\n" + perplexity_table(results),
+        )
+    return results
+
+
+def perplexity_table(results: list[PerplexityResult]) -> str:
+    return markdown_table(TABLE_HEADERS, [r.row() for r in results])

@@ -1,0 +1,90 @@
+"""Perplexity on random fixed-length windows: sampling, counting, and agreement with the model's own loss."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from ssa_hf.train.perplexity import corpus_token_stream, evaluate_perplexity, sample_windows, window_perplexity
+
+from ..conftest import requires_shared_data
+from ..data.fixtures import write_jsonl
+
+
+def test_windows_are_seeded_and_inside_the_stream():
+    starts = sample_windows(1000, 500, 64, seed=3)
+    assert starts.min() >= 0 and starts.max() <= 1000 - 64
+    assert np.array_equal(starts, sample_windows(1000, 500, 64, seed=3))
+    assert not np.array_equal(starts, sample_windows(1000, 500, 64, seed=4))
+    assert sample_windows(64, 3, 64, seed=0).tolist() == [0, 0, 0]
+    with pytest.raises(ValueError, match="fewer than one window"):
+        sample_windows(63, 1, 64, seed=0)
+    with pytest.raises(ValueError, match="window_length"):
+        sample_windows(100, 1, 1, seed=0)
+
+
+class _Tokenizer:
+    eos_token_id = 0
+
+    def __call__(self, texts, add_special_tokens=False, verbose=False):
+        return {"input_ids": [[len(w) for w in t.split()] for t in texts]}
+
+
+def test_corpus_stream_joins_documents_with_eos():
+    stream, documents_read = corpus_token_stream(_Tokenizer(), iter(["a bb", "ccc", "dd e"]))
+    assert stream.tolist() == [1, 2, 0, 3, 0, 2, 1, 0] and documents_read == 3
+
+
+def test_window_perplexity_matches_the_model_loss(reference_runs):
+    final = reference_runs("causal").final_dir
+    model = AutoModelForCausalLM.from_pretrained(final)
+    stream = np.random.default_rng(0).integers(3, 300, size=500)
+    starts = np.array([0, 17, 200, 400])
+    mean_nll, tokens = window_perplexity(model, stream, starts, 32, batch_size=3)
+    assert tokens == 4 * 31
+    with torch.no_grad():
+        losses = [model(input_ids=torch.tensor(stream[s:s + 32])[None], labels=torch.tensor(stream[s:s + 32])[None]).loss
+                  for s in starts]
+    assert mean_nll == pytest.approx(float(torch.stack(losses).mean()), rel=1e-5)
+
+
+def test_perplexity_in_and_out_of_distribution(reference_runs, tmp_path):
+    final = reference_runs("causal").final_dir
+    other = write_jsonl(tmp_path / "other.jsonl", ["Completely different words: zebra, quantum, 1987, etc."] * 30)
+    results = evaluate_perplexity(final, [str(other)], heldout=True, windows=20, window_length=16, seed=1,
+                                  batch_size=8, output_dir=str(tmp_path / "out"))
+    heldout, ood = results
+    assert heldout.data.startswith("held-out documents of") and heldout.corpus_documents == 20
+    for result in results:
+        assert result.windows == 20 and result.tokens_scored == 20 * 15 and result.window_length == 16
+        assert result.perplexity == pytest.approx(math.exp(result.mean_nll))
+    assert heldout.perplexity < ood.perplexity  # the model has learned its training distribution
+    again = evaluate_perplexity(final, heldout=True, windows=20, window_length=16, seed=1)[0]
+    assert again.mean_nll == heldout.mean_nll
+    saved = json.loads((tmp_path / "out" / "perplexity.json").read_text())
+    assert [r["perplexity"] for r in saved] == [heldout.perplexity, ood.perplexity]
+    assert "| windows |" in (tmp_path / "out" / "perplexity.md").read_text()
+
+
+def test_perplexity_refuses_masked_models_and_missing_inputs(reference_runs):
+    with pytest.raises(ValueError, match="needs a causal LM"):
+        evaluate_perplexity(reference_runs("masked").final_dir, heldout=True)
+    with pytest.raises(ValueError, match="nothing to evaluate"):
+        evaluate_perplexity(reference_runs("causal").final_dir)
+
+
+@pytest.mark.integration
+@requires_shared_data("wikitext", "wiki.test.raw")
+def test_wikitext_perplexity_command(reference_runs, capsys):
+    from ..conftest import SHARED_DATA
+    from ssa_hf.cli import main
+
+    final = reference_runs("causal").final_dir
+    code = main(["perplexity", final, "--data", str(SHARED_DATA / "wikitext" / "wiki.test.raw"), "--windows", "8",
+                 "--window-length", "32", "--max-documents", "200"])
+    assert code == 0
+    table = capsys.readouterr().out
+    assert "wiki.test.raw | 8 | 32 | 248 |" in table

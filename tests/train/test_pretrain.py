@@ -1,0 +1,162 @@
+"""The pretraining loop end to end: outputs, checkpoints, exact resumption, the softmax twin, the CLI."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+
+from ssa_hf.train import ConfigError, list_checkpoints, pretrain, push_final
+from ssa_hf.train.loop import evaluate, prepare_validation
+
+from .conftest import tiny_config
+
+TASKS = ["causal", "masked"]
+AUTO = {"causal": AutoModelForCausalLM, "masked": AutoModelForMaskedLM}
+
+
+class _Main:  # the little of an Accelerator that `evaluate` uses, for one process
+    process_index, num_processes, device = 0, 1, torch.device("cpu")
+
+    def reduce(self, tensor, reduction):
+        return tensor
+
+    def autocast(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_run_writes_a_hub_ready_folder_and_logs(task, reference_runs):
+    result = reference_runs(task)
+    out, final = Path(result.output_dir), Path(result.final_dir)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert result.steps == metrics["steps"] == 6
+    history = [json.loads(line) for line in (out / "log_history.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in history if "loss" in r]
+    assert len(losses) == 6 and losses[-1] < losses[0] - 0.5  # it learns
+    assert [r["step"] for r in history if "eval_loss" in r] == [3, 6]
+    logged = history[-2]
+    for key in ("learning_rate", "tokens_per_second", "grad_norm", "ssa/layer_01/n_mean", "ssa/layer_00/b_max"):
+        assert key in logged
+    assert logged["ssa/layer_00/b_min"] <= logged["ssa/layer_00/b_mean"] <= logged["ssa/layer_00/b_max"]
+    assert list((out / "logs").rglob("events.out.tfevents.*"))  # TensorBoard through accelerate's tracker
+    # checkpoints: every 3 steps, the last one kept, no temporary folders left
+    assert [step for step, _ in list_checkpoints(out)] == [6]
+    assert not [p for p in (out / "checkpoints").iterdir() if p.name.startswith(".")]
+    # the final folder: model with remote code, tokenizer, card, config and metrics
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "README.md", "training_config.yaml", "metrics.json"):
+        assert (final / name).is_file(), name
+    assert json.loads((final / "config.json").read_text())["auto_map"]
+    card = (final / "README.md").read_text()
+    assert "## Training" in card and f"| steps | 6 |" in card
+    # the saved weights are the trained ones: they reproduce the final validation loss
+    model = AUTO[task].from_pretrained(final)
+    tokenizer = AutoTokenizer.from_pretrained(final)
+    assert model.config.vocab_size == len(tokenizer) == 300
+    from ssa_hf.train import load_config
+
+    config = load_config(final / "training_config.yaml")
+    from ssa_hf.data.corpus import build_corpus
+
+    corpus = build_corpus(config.data, tokenizer, task, seed=config.seed, show_progress=False)
+    again = evaluate(model, prepare_validation(corpus, tokenizer, config), task, tokenizer.pad_token_id, 16, _Main())
+    assert again["loss"] == pytest.approx(metrics["eval_loss"], rel=1e-5)
+    assert metrics["eval_perplexity"] == pytest.approx(torch.tensor(metrics["eval_loss"]).exp().item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_resume_continues_exactly(task, reference_runs, corpora, tmp_path):
+    reference = reference_runs(task)
+    first = pretrain(tiny_config(task, corpora, tmp_path / "run", stop_after_steps=3))
+    assert first.steps == 3 and first.final_dir is None
+    resumed = pretrain(tiny_config(task, corpora, tmp_path / "run", resume="latest"))
+    assert resumed.metrics["resumed_from"].endswith("step-00000003")
+    assert resumed.steps == 6
+    assert resumed.metrics["final_step_loss"] == pytest.approx(reference.metrics["final_step_loss"], abs=1e-6)
+    assert resumed.metrics["eval_loss"] == pytest.approx(reference.metrics["eval_loss"], abs=1e-6)
+    assert resumed.metrics["tokens_seen"] == reference.metrics["tokens_seen"]
+    a = load_file(Path(reference.final_dir) / "model.safetensors")
+    b = load_file(Path(resumed.final_dir) / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # the log history holds each step once
+    steps = [r["step"] for r in resumed.log_history if "loss" in r]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_checkpoint_guards(corpora, tmp_path):
+    config = tiny_config("causal", corpora, tmp_path / "run", max_steps=2, save_steps=1, save_total_limit=0, eval_steps=0)
+    with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
+        pretrain(tiny_config("causal", corpora, tmp_path / "run", resume="latest"))
+    pretrain(config)
+    assert [s for s, _ in list_checkpoints(tmp_path / "run")] == [1, 2]  # save_total_limit 0 keeps all
+    with pytest.raises(ConfigError, match="already has checkpoints"):
+        pretrain(config)
+    # an interrupted save (no trainer_state.json) is never resumed from
+    partial = tmp_path / "run" / "checkpoints" / "step-00000003"
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"partial")
+    assert [s for s, _ in list_checkpoints(tmp_path / "run")] == [1, 2]
+
+
+def test_softmax_twin_and_push_dry_run(corpora, tmp_path):
+    config = tiny_config("causal", corpora, tmp_path / "run", max_steps=2, eval_steps=0, save_steps=0,
+                         model={"attention_scoring": "softmax"}, push_to_hub="someone/tiny-softmax")
+    result = pretrain(config.__class__(**{**config.__dict__, "push_to_hub": None}))
+    assert result.metrics["attention_scoring"] == "softmax"
+    assert result.metrics["scoring_parameters"] == {}
+    assert not any(k.startswith("ssa/") for r in result.log_history for k in r)
+    push = push_final(result.final_dir, config, dry_run=True)
+    assert {"model.safetensors", "README.md", "tokenizer.json", "metrics.json"} <= set(push.files)
+    assert not any(f.startswith("checkpoints") for f in push.files)
+
+
+def test_bad_configs_name_the_key(corpora, tmp_path):
+    with pytest.raises(ConfigError, match="did you mean 'max_steps'"):
+        tiny_config("causal", corpora, tmp_path, max_step=3)
+    with pytest.raises(ConfigError, match="block_size=200 exceeds the model's max_position_embeddings=128"):
+        pretrain(tiny_config("causal", corpora, tmp_path / "a", data={"block_size": 200}))
+    with pytest.raises(ConfigError, match="task 'causal' needs a ssa_llama preset"):
+        pretrain(tiny_config("causal", corpora, tmp_path / "b", model={"preset": "tiny_bert"}))
+
+
+def test_cli_runs_a_config_with_overrides(corpora, tmp_path, capsys):
+    from ssa_hf.cli import main
+
+    config = tiny_config("masked", corpora, tmp_path / "cli")
+    path = tmp_path / "masked.yaml"
+    path.write_text(config.to_yaml())
+    code = main(["pretrain", "--config", str(path), "--max_steps", "2", "--eval_steps", "0", "--save_steps", "0",
+                 "--model.overrides", "num_hidden_layers=1", "--data.max_length", "16"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "steps 2" in out
+    saved = json.loads((tmp_path / "cli" / "final" / "config.json").read_text())
+    assert saved["num_hidden_layers"] == 1 and saved["hidden_dropout_prob"] == 0.1  # override merged, not replaced
+    assert main(["pretrain", "--config", str(path), "--data.max_length", "100"]) == 2
+    assert "max_position_embeddings" in capsys.readouterr().err
+
+
+def test_streamed_data_trains_and_resumes_exactly(corpora, tmp_path):
+    overrides = {"max_steps": 4, "eval_steps": 0, "save_steps": 0, "data": {"train": {"streaming": True}}}
+    whole = pretrain(tiny_config("causal", corpora, tmp_path / "whole", **overrides))
+    pretrain(tiny_config("causal", corpora, tmp_path / "split", stop_after_steps=2, **overrides))
+    resumed = pretrain(tiny_config("causal", corpora, tmp_path / "split", resume="latest", **overrides))
+    assert whole.metrics["train_examples"] is None  # streamed: no length
+    assert resumed.metrics["final_step_loss"] == pytest.approx(whole.metrics["final_step_loss"], abs=1e-6)
+    assert json.loads((tmp_path / "split" / "checkpoints" / "step-00000004" / "data_state_rank0.json").read_text())["kind"] == "stream"
+
+
+def test_bench_throughput_from_the_log():
+    from ssa_hf.train.bench import _tokens_per_second
+
+    history = [{"step": 1, "tokens_per_second": 10.0, "seconds_per_step": 100.0},  # warm-up: left out
+               {"step": 2, "tokens_per_second": 100.0, "seconds_per_step": 1.0},
+               {"step": 2, "eval_loss": 3.0},
+               {"step": 3, "tokens_per_second": 50.0, "seconds_per_step": 2.0}]
+    assert _tokens_per_second(history, warmup=1) == pytest.approx(200 / 3)
+    with pytest.raises(ValueError, match="no timed steps"):
+        _tokens_per_second(history, warmup=3)
