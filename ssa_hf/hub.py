@@ -139,6 +139,7 @@ def atomic_folder(destination: str | os.PathLike, overwrite: bool = False) -> It
         raise DestinationExistsError(f"{destination} already exists; remove it or pass overwrite=True (--overwrite)")
     destination.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.tmp-"))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint folder should be readable like any other
     try:
         yield tmp
         old = None

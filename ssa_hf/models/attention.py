@@ -6,6 +6,9 @@
   score_mod: softmax-family functions; forward only on CPU), `blockwise` (memory-efficient tiles with
   recomputation in backward: softmax and SSA). Each states what it can run and refuses the rest with an
   error that names the alternative. Nothing falls back to softmax.
+- Linear attention and CosFormer (`linear.py`, not row-wise functions of the scores) run on `eager`, in linear
+  time; their weights are materialised only when asked for (`return_weights`, `output_attentions`) or for
+  attention dropout. `scoring` may also be a list with one name per head (a mixture of scoring heads).
 - transformers: `register_with_transformers()` adds the attention implementations `ssa_auto`, `ssa_eager`,
   `ssa_flex` and `ssa_blockwise` to `AttentionInterface`, each with a boolean mask function in
   `AttentionMaskInterface` (without one, transformers passes no mask at all to a new implementation). They read
@@ -25,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .linear import LinearMask, linear_mask, run_linear
 from .scoring import ScoringFunction, ScoringModule, ScoringParameters, get_scoring_function
 
 logger = logging.getLogger("ssa_hf")
@@ -40,6 +44,8 @@ _logged: set = set()
 
 
 def _log_once(scoring: str, backend: str, device: torch.device, reason: str) -> None:
+    if torch.compiler.is_compiling():  # logging inside a compiled region would break the graph
+        return
     key = (scoring, backend, device.type)
     if key not in _logged:
         _logged.add(key)
@@ -68,7 +74,14 @@ def _eager_refuses(spec, needs_grad, device, dropout):
     return None
 
 
-def _eager_run(query, key, value, spec, params, mask, scale, dropout, training):
+def _is_linear(spec) -> bool:
+    return getattr(spec, "kind", "rowwise") == "linear"
+
+
+def _eager_run(query, key, value, spec, params, mask, scale, dropout, training, need_weights=True):
+    if _is_linear(spec):
+        # linear attention: linear time, weights materialised only when asked for (or for attention dropout)
+        return run_linear(query, key, value, spec, params, mask, dropout, training, need_weights)
     heads = query.shape[1]
     key, value = _expand_kv(key, heads), _expand_kv(value, heads)
     # scores and weights in float32 for half inputs: SSA's logits must not be formed in fp16 (float64 stays float64)
@@ -86,6 +99,8 @@ def _flex_refuses(spec, needs_grad, device, dropout):
 
     if not flex_available():
         return "this torch has no FlexAttention"
+    if _is_linear(spec):
+        return f"{spec.name!r} is linear attention, which runs in linear time on backend 'eager'"
     if spec.logits is None:
         return f"{spec.name!r} is not a modification of softmax scores (flex runs: softmax, temperature, ssa, ssmax, softmax1)"
     if needs_grad and device.type == "cpu":
@@ -95,7 +110,7 @@ def _flex_refuses(spec, needs_grad, device, dropout):
     return None
 
 
-def _flex_run(query, key, value, spec, params, mask, scale, dropout, training):
+def _flex_run(query, key, value, spec, params, mask, scale, dropout, training, need_weights=False):
     from .flex import flex_scored_attention
 
     return flex_scored_attention(query, key, value, spec, params, mask, scale), None
@@ -109,6 +124,8 @@ def _blockwise_refuses(spec, needs_grad, device, dropout):
         from . import blockwise  # noqa: F401
     except ImportError:
         return "the blockwise kernel is not available in this installation"
+    if _is_linear(spec):
+        return f"{spec.name!r} is linear attention, which runs in linear time on backend 'eager'"
     if spec.name not in BLOCKWISE_SCORING:
         return f"the blockwise kernel runs only {BLOCKWISE_SCORING}, not {spec.name!r}; use backend 'eager' (or 'flex' for inference)"
     if dropout > 0.0:
@@ -116,7 +133,7 @@ def _blockwise_refuses(spec, needs_grad, device, dropout):
     return None
 
 
-def _blockwise_run(query, key, value, spec, params, mask, scale, dropout, training):
+def _blockwise_run(query, key, value, spec, params, mask, scale, dropout, training, need_weights=False):
     from .blockwise import blockwise_attention
 
     out = blockwise_attention(
@@ -136,6 +153,8 @@ def choose_backend(spec: ScoringFunction, device: torch.device, needs_grad: bool
     """The backend `backend=None` uses, and why."""
     if need_weights:
         return "eager", "attention weights requested"
+    if _is_linear(spec):
+        return "eager", "linear attention (linear-time form)"
     if q_len * kv_len <= _SMALL_PROBLEM:
         return "eager", "small problem"
     if device.type == "cuda" and BACKENDS["flex"].refuses(spec, needs_grad, device, dropout) is None:
@@ -145,10 +164,12 @@ def choose_backend(spec: ScoringFunction, device: torch.device, needs_grad: bool
     return "eager", "the only backend that runs this request"
 
 
-def supported_backends(scoring: str, device: str | torch.device = "cpu", needs_grad: bool = True) -> list[str]:
-    spec = get_scoring_function(scoring)
+def supported_backends(scoring: str | list[str], device: str | torch.device = "cpu", needs_grad: bool = True) -> list[str]:
+    """The backends that can run `scoring` (for a mixture, a list of names: the backends that run every member)."""
+    names = [scoring] if isinstance(scoring, str) else list(dict.fromkeys(scoring))
+    specs = [get_scoring_function(name) for name in names]
     device = torch.device(device)
-    return [name for name, b in BACKENDS.items() if b.refuses(spec, needs_grad, device, 0.0) is None]
+    return [name for name, b in BACKENDS.items() if all(b.refuses(spec, needs_grad, device, 0.0) is None for spec in specs)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -181,7 +202,7 @@ def scored_attention(
     query: Tensor,
     key: Tensor,
     value: Tensor,
-    scoring: str = "ssa",
+    scoring: str | list[str] = "ssa",
     params: dict | None = None,
     attn_mask: Tensor | None = None,
     is_causal: bool = False,
@@ -195,8 +216,13 @@ def scored_attention(
 
     Args:
         query: [B, H, Lq, D]; key, value: [B, Hkv, Lk, D] (Hkv < H only with `enable_gqa=True`, H % Hkv == 0).
-        scoring: a name of `SCORING_FUNCTIONS`.
+        scoring: a name of `ALL_SCORING_FUNCTIONS` (the row-wise `SCORING_FUNCTIONS`, or the linear-attention
+            mechanisms "linear" and "cosformer"), or a list with one name per query head (a mixture of scoring
+            heads: each group of heads runs on its own, on `backend` or the best backend for it).
         params: the function's parameters, each a float or a tensor of shape [H] (e.g. {"b": 1.0, "n": 1.5}).
+            CosFormer's length scale "m" defaults to max(Lq, Lk) (the paper's choice). For a mixture, a dict
+            from scoring name to that name's parameters, e.g. {"ssa": {"b": 1.0, "n": 1.5}}, each value a float,
+            a tensor with one value per head of that name (in head order) or a tensor of shape [H].
         attn_mask: boolean, broadcastable to [B, H, Lq, Lk], True = attend. Additive float masks are refused:
             most of these functions are not shift-invariant, so a finite bias would leak weight.
         is_causal: top-left aligned causal mask, as in `F.scaled_dot_product_attention` (combined with attn_mask).
@@ -206,6 +232,11 @@ def scored_attention(
     Returns:
         [B, H, Lq, D] in the dtype of `value` (and the weights [B, H, Lq, Lk] with `return_weights`).
     """
+    if not isinstance(scoring, str):
+        return _mixed_scored_attention(
+            query, key, value, scoring, params, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+            enable_gqa=enable_gqa, backend=backend, dropout_p=dropout_p, return_weights=return_weights,
+        )
     spec = get_scoring_function(scoring)
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         raise ValueError("query, key and value must be 4-D [batch, heads, length, head_dim]")
@@ -218,6 +249,8 @@ def scored_attention(
     if key.shape[-1] != head_dim:
         raise ValueError(f"query and key head dims differ: {head_dim} vs {key.shape[-1]}")
     params = dict(params or {})
+    if _is_linear(spec):
+        params = {**spec.default_params(q_len, kv_len), **params}
     missing = [p for p in spec.parameters if p not in params]
     if missing:
         raise ValueError(f"scoring {spec.name!r} needs parameters {list(spec.parameters)}; missing {missing}")
@@ -234,7 +267,10 @@ def scored_attention(
         mask = attn_mask
         while mask.dim() < 4:
             mask = mask.unsqueeze(0)
-    if is_causal:
+    if _is_linear(spec):
+        # causal structure + key padding, never materialised as [Lq, Lk] (refuses other mask patterns)
+        mask = linear_mask(mask, q_len, kv_len, is_causal)
+    elif is_causal:
         causal = _causal_mask(q_len, kv_len, query.device)[None, None]
         mask = causal if mask is None else mask & causal
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
@@ -253,7 +289,60 @@ def scored_attention(
         if refusal:
             raise NotImplementedError(f"Backend {backend!r} cannot run scoring {spec.name!r} here: {refusal}.")
     _log_once(spec.name, backend, query.device, reason)
-    out, weights = BACKENDS[backend].run(query, key, value, spec, params, mask, scale, dropout_p, dropout_p > 0)
+    out, weights = BACKENDS[backend].run(
+        query, key, value, spec, params, mask, scale, dropout_p, dropout_p > 0, need_weights=return_weights
+    )
+    return (out, weights) if return_weights else out
+
+
+def _mixed_scored_attention(query, key, value, scoring, params, attn_mask, is_causal, scale, enable_gqa, backend, dropout_p, return_weights):
+    """`scored_attention` with one scoring name per query head: each group of heads runs as its own call."""
+    names = list(scoring)
+    if query.dim() != 4 or key.dim() != 4:
+        raise ValueError("query, key and value must be 4-D [batch, heads, length, head_dim]")
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if len(names) != heads or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"scoring: a list needs one scoring name per query head ({heads}), got {names!r}")
+    if kv_heads != heads and not (enable_gqa and heads % kv_heads == 0):
+        raise ValueError(f"query has {heads} heads and key {kv_heads}: pass enable_gqa=True (and H % Hkv == 0)")
+    order = list(dict.fromkeys(names))
+    for name in order:
+        get_scoring_function(name)  # unknown names fail here, before any work
+    params = dict(params or {})
+    unknown = [k for k in params if k not in order or not isinstance(params[k], dict)]
+    if unknown:
+        raise ValueError(
+            f"params: for a mixture of scoring heads, params maps each scoring name of the mixture to a dict of its "
+            f"parameters, e.g. {{'ssa': {{'b': 1.0, 'n': 1.5}}}}; got entries {unknown} (mixture: {order})"
+        )
+    if attn_mask is not None and attn_mask.dim() == 4 and attn_mask.shape[1] not in (1, heads):
+        raise ValueError(f"attn_mask has {attn_mask.shape[1]} heads; it must have 1 or {heads}")
+    per_kv = heads // kv_heads
+    out, weights = None, None
+    for name in order:
+        index_list = [h for h, n in enumerate(names) if n == name]
+        index = torch.tensor(index_list, dtype=torch.long, device=query.device)
+        group_params = {}
+        for pname, pvalue in params.get(name, {}).items():
+            if isinstance(pvalue, Tensor) and pvalue.dim() == 1 and pvalue.numel() == heads != len(index_list):
+                pvalue = pvalue[index.to(pvalue.device)]
+            group_params[pname] = pvalue
+        group_mask = attn_mask
+        if attn_mask is not None and attn_mask.dim() == 4 and attn_mask.shape[1] == heads > 1:
+            group_mask = attn_mask[:, index.to(attn_mask.device)]
+        kv_index = index // per_kv
+        result = scored_attention(
+            query[:, index], key[:, kv_index], value[:, kv_index], name, group_params, attn_mask=group_mask,
+            is_causal=is_causal, scale=scale, backend=backend, dropout_p=dropout_p, return_weights=return_weights,
+        )
+        group_out, group_weights = result if return_weights else (result, None)
+        if out is None:
+            out = group_out.new_zeros(query.shape[:3] + (group_out.shape[-1],))
+        out = out.index_copy(1, index, group_out)
+        if group_weights is not None:
+            if weights is None:
+                weights = group_weights.new_zeros(query.shape[:3] + (key.shape[2],))
+            weights = weights.index_copy(1, index, group_weights.to(weights.dtype))
     return (out, weights) if return_weights else out
 
 
@@ -330,7 +419,10 @@ def make_transformers_attention(backend: str | None):
                         f"attn_implementation 'ssa_{use}' cannot run attention_scoring={spec.name!r} here: {refusal}."
                     )
             _log_once(spec.name, use, q.device, reason)
-            return BACKENDS[use].run(q, k, v, spec, params, mask, scale, dropout, module.training)
+            group_mask = mask
+            if _is_linear(spec):  # under torch.compile, read the mask without data-dependent checks
+                group_mask = linear_mask(mask, q.shape[2], k.shape[2], expect_causal=bool(getattr(module, "is_causal", False)))
+            return BACKENDS[use].run(q, k, v, spec, params, group_mask, scale, dropout, module.training, need_weights=need_weights)
 
         if isinstance(scoring, ScoringParameters):
             out, weights = run(scoring.scoring, scoring(), query, key, value)

@@ -70,21 +70,22 @@ def _score(s, b, n, scale):
 
 
 def _fwd_tile(s, b, n, mask, m_prev, l_prev, scale):
-    """One online-softmax step over g.  Returns p = exp(g - m_new), m_new, l_new, alpha = exp(m_prev - m_new)."""
+    """One online-softmax step over g, in place: s (raw scores) is overwritten with p = exp(g - m_new).
+
+    Returns m_new, l_new and alpha = exp(m_prev - m_new) (the factor for the running output)."""
     if mask is None:
         s_hi = s.amax(-1)
         s_lo = s.amin(-1)
     else:
         s_hi = s.masked_fill(~mask, _NEG_INF).amax(-1)
         s_lo = s.masked_fill(~mask, float("inf")).amin(-1)
-    # g is monotone in s (increasing for n > 0), so the row maximum of g is g at the extreme scores;
-    # this avoids evaluating log1p twice per score.  A fully masked row gives s_hi = -inf, s_lo = +inf.
-    g_hi = _score(s_hi, b if b is None else b.squeeze(-1), n if n is None else n.squeeze(-1), scale)
+    # g is monotone in s, so the row maximum of g is g at one of the extreme scores; this avoids evaluating
+    # log1p twice per score.  A row with no visible key in the tile gives s_hi = -inf, s_lo = +inf.
     if b is None:
-        m_tile = g_hi
+        m_tile = s_hi * scale
     else:
-        g_lo = _score(s_lo, b.squeeze(-1), n.squeeze(-1), scale)
-        m_tile = torch.maximum(g_hi, g_lo)
+        b4, n4 = b.squeeze(-1), n.squeeze(-1)
+        m_tile = torch.maximum(_score(s_hi, b4, n4, scale), _score(s_lo, b4, n4, scale))
         if mask is not None:
             m_tile = torch.where(s_hi == _NEG_INF, _NEG_INF, m_tile)
     m_new = torch.maximum(m_prev, m_tile)
@@ -95,11 +96,13 @@ def _fwd_tile(s, b, n, mask, m_prev, l_prev, scale):
     p = torch.exp(g - m_safe.unsqueeze(-1))
     alpha = torch.exp(m_prev - m_safe)
     l_new = l_prev * alpha + p.sum(-1)
-    return p, m_new, l_new, alpha
+    s.copy_(p)
+    return m_new, l_new, alpha
 
 
 def _bwd_tile(s, dp, lse, delta, b, n, mask, scale, need_bn):
-    """Recompute P for one tile and return P, dS (w.r.t. the raw q.k, scale included) and per-head dn, db."""
+    """Recompute one tile in place: s (raw scores) becomes P, dp (dO.V^T) becomes dS, the gradient with respect
+    to the raw scores (scale included).  Returns the per-head partial sums of dL/dn and dL/db (or None)."""
     x = s * scale
     if b is None:
         g = x
@@ -112,16 +115,19 @@ def _bwd_tile(s, dp, lse, delta, b, n, mask, scale, need_bn):
         g = g.masked_fill(~mask, _NEG_INF)
     p = torch.exp(g - lse.unsqueeze(-1))
     dg = p * (dp - delta.unsqueeze(-1))
+    dn = db = None
     if b is None:
-        return p, dg * scale, None, None
-    inv = 1.0 / (1.0 + ba)
-    ds = dg * (n * b * scale) * inv
-    if not need_bn:
-        return p, ds, None, None
-    # dg/dn = sign(x) log1p(b|x|);  dg/db = n sign(x) |x| / (1 + b|x|) = n x / (1 + b|x|)
-    dn = (dg * torch.copysign(lg, x)).sum(dim=(0, 2, 4))
-    db = (dg * x * inv).sum(dim=(0, 2, 4)) * n.reshape(n.shape[1], n.shape[3])
-    return p, ds, dn, db
+        ds = dg * scale
+    else:
+        inv = 1.0 / (1.0 + ba)
+        ds = dg * (n * b * scale) * inv
+        if need_bn:
+            # dg/dn = sign(x) log1p(b|x|);  dg/db = n sign(x) |x| / (1 + b|x|) = n x / (1 + b|x|)
+            dn = (dg * torch.copysign(lg, x)).sum(dim=(0, 2, 4))
+            db = (dg * x * inv).sum(dim=(0, 2, 4)) * n.reshape(n.shape[1], n.shape[3])
+    s.copy_(p)
+    dp.copy_(ds)
+    return dn, db
 
 
 _EAGER = {"fwd": _fwd_tile, "bwd": _bwd_tile}
@@ -189,27 +195,32 @@ def _run_forward(q, k, v, b5, n5, mask5, causal, scale, bq, bk, B, Hkv, G, need_
     o = q.new_empty((N, LqG, Dv))
     lse = q.new_empty((N, LqG)) if need_lse else None
     kt = k.transpose(1, 2)
+    sbuf = q.new_empty((N, bq * G, bk))  # one score tile, reused (bmm output, then P in place)
     for i0, i1 in _tiles(Lq, bq):
         R = i1 - i0
         qi = q[:, i0 * G:i1 * G]
         m = q.new_full((B, Hkv, R, G), _NEG_INF)
         l = q.new_zeros((B, Hkv, R, G))
         acc = q.new_zeros((N, R * G, Dv))
+        first = True
         for j0, j1 in _tiles(Lk, bk):
             mt = _tile_mask(mask5, causal, i0, i1, j0, j1)
             if mt is False:
                 continue
             C = j1 - j0
-            s = torch.bmm(qi, kt[:, :, j0:j1]).view(B, Hkv, R, G, C)
             full = R == bq and C == bk
-            p, m, l, alpha = _call_tile("fwd", full, s, b5, n5, mt, m, l, scale)
-            acc.mul_(alpha.reshape(N, R * G, 1))
-            acc.baddbmm_(p.view(N, R * G, C), v[:, j0:j1])
+            s = sbuf if full else q.new_empty((N, R * G, C))
+            torch.bmm(qi, kt[:, :, j0:j1], out=s)
+            m, l, alpha = _call_tile("fwd", full, s.view(B, Hkv, R, G, C), b5, n5, mt, m, l, scale)
+            if not first:
+                acc.mul_(alpha.view(N, R * G, 1))
+            first = False
+            acc.baddbmm_(s, v[:, j0:j1])
         empty = l == 0
         l_safe = torch.where(empty, 1.0, l)
-        torch.div(acc, l_safe.reshape(N, R * G, 1), out=o[:, i0 * G:i1 * G])
+        torch.div(acc, l_safe.view(N, R * G, 1), out=o[:, i0 * G:i1 * G])
         if need_lse:
-            lse[:, i0 * G:i1 * G] = torch.where(empty, float("inf"), m + torch.log(l_safe)).reshape(N, R * G)
+            lse[:, i0 * G:i1 * G] = torch.where(empty, float("inf"), m + torch.log(l_safe)).view(N, R * G)
     return o, lse
 
 
@@ -220,9 +231,11 @@ def _run_backward(q, k, v, o, lse, do, b5, n5, mask5, causal, scale, bq, bk, B, 
     Dv = v.shape[-1]
     delta = (do * o).sum(-1)
     qtiles = _tiles(Lq, bq)
-    dq_t = q.new_zeros((len(qtiles), N, bq * G, D))
+    dq_t = q.new_zeros((len(qtiles), N, bq * G, D))  # tile-major so that every tile accumulates in place
     dk = q.new_empty((N, Lk, D))
     dv = q.new_empty((N, Lk, Dv))
+    sbuf = q.new_empty((N, bq * G, bk))
+    dpbuf = q.new_empty((N, bq * G, bk))
     dn_acc = db_acc = None
     if need_bn:
         dn_acc = torch.zeros((Hkv, G), dtype=torch.float64, device=q.device)
@@ -230,6 +243,7 @@ def _run_backward(q, k, v, o, lse, do, b5, n5, mask5, causal, scale, bq, bk, B, 
     for j0, j1 in _tiles(Lk, bk):
         C = j1 - j0
         kj = k[:, j0:j1]
+        kjt = kj.transpose(1, 2)
         vjt = v[:, j0:j1].transpose(1, 2)
         dk_j = q.new_zeros((N, C, D))
         dv_j = q.new_zeros((N, C, Dv))
@@ -241,23 +255,24 @@ def _run_backward(q, k, v, o, lse, do, b5, n5, mask5, causal, scale, bq, bk, B, 
             rows = slice(i0 * G, i1 * G)
             qi = q[:, rows]
             doi = do[:, rows]
-            s = torch.bmm(qi, kj.transpose(1, 2)).view(B, Hkv, R, G, C)
-            dp = torch.bmm(doi, vjt).view(B, Hkv, R, G, C)
             full = R == bq and C == bk
-            p, ds, dn, db = _call_tile(
-                "bwd", full, s, dp, lse[:, rows].reshape(B, Hkv, R, G), delta[:, rows].reshape(B, Hkv, R, G),
-                b5, n5, mt, scale, need_bn)
-            p = p.reshape(N, R * G, C)
-            ds = ds.reshape(N, R * G, C)
-            dv_j.baddbmm_(p.transpose(1, 2), doi)
-            dk_j.baddbmm_(ds.transpose(1, 2), qi)
-            if R * G == dq_t.shape[2]:
-                dq_t[t].baddbmm_(ds, kj)
+            s = sbuf if full else q.new_empty((N, R * G, C))
+            dp = dpbuf if full else q.new_empty((N, R * G, C))
+            torch.bmm(qi, kjt, out=s)
+            torch.bmm(doi, vjt, out=dp)
+            dn, db = _call_tile(
+                "bwd", full, s.view(B, Hkv, R, G, C), dp.view(B, Hkv, R, G, C),
+                lse[:, rows].view(B, Hkv, R, G), delta[:, rows].view(B, Hkv, R, G), b5, n5, mt, scale, need_bn)
+            # s now holds P and dp holds dS
+            dv_j.baddbmm_(s.transpose(1, 2), doi)
+            dk_j.baddbmm_(dp.transpose(1, 2), qi)
+            if R == bq:
+                dq_t[t].baddbmm_(dp, kj)
             else:
-                dq_t[t, :, :R * G] += torch.bmm(ds, kj)
+                dq_t[t, :, :R * G] += torch.bmm(dp, kj)
             if need_bn:
-                dn_acc += dn.to(torch.float64)
-                db_acc += db.to(torch.float64)
+                dn_acc += dn
+                db_acc += db
         dk[:, j0:j1] = dk_j
         dv[:, j0:j1] = dv_j
     dq = dq_t.transpose(0, 1).reshape(N, len(qtiles) * bq * G, D)[:, :LqG]

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .scoring import SCORING_FUNCTIONS, ScoringOptions
+from .scoring import ALL_SCORING_FUNCTIONS, ScoringOptions
 
 SCORING_CONFIG_DOC = r"""
         attention_scoring (`str` or `list[str]`, *optional*, defaults to `"ssa"`):
             The scoring function that turns attention scores into weights, by name (`ssa_hf.SCORING_FUNCTIONS`:
             softmax, ssa, temperature, ssmax, softmax1, sigmoid, softpick, sa_softmax, sparsemax, entmax15,
-            entmax_alpha). A list gives one name per attention head (a mixture of scoring heads). The softmax
-            baseline is the same model with `"softmax"`.
+            entmax_alpha), or a linear-attention mechanism (`linear`: elu+1 features; `cosformer`: ReLU features
+            with cos re-weighting by position distance). A list gives one name per attention head (a mixture of
+            scoring heads). The softmax baseline is the same model with `"softmax"`.
         ssa_granularity (`str`, *optional*, defaults to `"head"`):
             `"head"`: one (b, n) pair per attention head; `"layer"`: one pair per layer shared by its heads.
             Also applies to the parameters of `temperature`, `ssmax` and `entmax_alpha`.
@@ -41,6 +42,9 @@ SCORING_CONFIG_DOC = r"""
             alpha of `attention_scoring="entmax_alpha"`, in (1, 2].
         entmax_alpha_learnable (`bool`, *optional*, defaults to `False`):
             Whether alpha is trained (kept in (1, 2]).
+        cosformer_length (`float`, *optional*):
+            CosFormer's length scale m in cos(pi/2 * (i - j) / m), fixed; defaults to `max_position_embeddings`.
+            Longer inputs are refused (the re-weighting would turn negative).
 """
 
 
@@ -60,6 +64,7 @@ class ScoringConfigMixin:
     ssmax_s_init: float | int = 0.43
     entmax_alpha_init: float | int = 1.5
     entmax_alpha_learnable: bool = False
+    cosformer_length: float | int | None = None
 
     def scoring_per_head(self) -> list[str]:
         """The scoring function of each attention head."""
@@ -77,8 +82,8 @@ class ScoringConfigMixin:
         if not names:
             raise ValueError("attention_scoring: empty list; give a name or one name per head")
         for name in names:
-            if name not in SCORING_FUNCTIONS:
-                raise ValueError(f"attention_scoring: unknown scoring function {name!r}; choose from {list(SCORING_FUNCTIONS)}")
+            if name not in ALL_SCORING_FUNCTIONS:
+                raise ValueError(f"attention_scoring: unknown scoring function {name!r}; choose from {list(ALL_SCORING_FUNCTIONS)}")
         if not isinstance(self.attention_scoring, str) and len(names) != self.num_attention_heads:
             raise ValueError(
                 f"attention_scoring: a list needs one name per head ({self.num_attention_heads}), got {len(names)}"

@@ -11,6 +11,10 @@ All functions take scores of shape [..., H, Lq, Lk], a boolean mask broadcastabl
 None, and a dict of per-head parameters of shape [H]. Masked entries get a weight of exactly zero, and a row
 with no key to attend to gets all-zero weights (never NaN).
 
+Linear attention and CosFormer are not row-wise functions of the scores: they are `LinearAttention` entries
+(kind "linear") of `linear.LINEAR_ATTENTIONS`. `ALL_SCORING_FUNCTIONS` (both registries) holds every name
+`attention_scoring` accepts, and `get_scoring_function` looks names up there.
+
 This file is part of the remote-code unit (see `ssa_hf/models/__init__.py`): it imports only torch and the
 standard library (`entmax` lazily, for the functions that need it).
 """
@@ -24,6 +28,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .linear import LINEAR_ATTENTIONS, LinearAttention
 
 Params = dict[str, Tensor]
 
@@ -293,6 +299,8 @@ class ScoringFunction:
     # softmax_1: weights = softmax(logits) * sigmoid(logsumexp(logits)) -- a softmax kernel plus its LSE.
     extra_zero_logit: bool = False
     notes: str = ""
+    # "rowwise" for every entry here; linear attention entries (linear.py, LINEAR_ATTENTIONS) have kind "linear"
+    kind: str = "rowwise"
 
 
 def _entry(name, description, weights, reference_row, **kw) -> ScoringFunction:
@@ -355,12 +363,17 @@ SCORING_FUNCTIONS: dict[str, ScoringFunction] = {
 }
 
 
-def get_scoring_function(name: str) -> ScoringFunction:
+# Every name `attention_scoring` accepts: the row-wise registry above plus the linear-attention mechanisms
+# (linear, cosformer), which are not functions of the scores and live in `linear.LINEAR_ATTENTIONS`.
+ALL_SCORING_FUNCTIONS: dict[str, ScoringFunction | LinearAttention] = {**SCORING_FUNCTIONS, **LINEAR_ATTENTIONS}
+
+
+def get_scoring_function(name: str) -> ScoringFunction | LinearAttention:
     try:
-        return SCORING_FUNCTIONS[name]
-    except KeyError:
+        return ALL_SCORING_FUNCTIONS[name]
+    except (KeyError, TypeError):
         raise ValueError(
-            f"Unknown scoring function {name!r}. Available: {', '.join(SCORING_FUNCTIONS)}."
+            f"Unknown scoring function {name!r}. Available: {', '.join(ALL_SCORING_FUNCTIONS)}."
         ) from None
 
 
@@ -434,12 +447,17 @@ class ScoringOptions:
     ssmax_s_init: float = 0.43
     entmax_alpha_init: float = 1.5
     entmax_alpha_learnable: bool = False
+    # CosFormer's length scale m (fixed); None: the config's max_position_embeddings (see from_config)
+    cosformer_length: float | None = None
     extra: dict = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config) -> "ScoringOptions":
         names = [f for f in cls.__dataclass_fields__ if f != "extra"]
-        return cls(**{k: getattr(config, k) for k in names if hasattr(config, k)})
+        options = cls(**{k: getattr(config, k) for k in names if hasattr(config, k)})
+        if options.cosformer_length is None and getattr(config, "max_position_embeddings", None):
+            options.cosformer_length = float(config.max_position_embeddings)
+        return options
 
     def validate(self) -> None:
         if self.ssa_granularity not in ("head", "layer"):
@@ -456,6 +474,8 @@ class ScoringOptions:
             raise ValueError(f"ssmax_s_init must be > 0, got {self.ssmax_s_init}")
         if not (1.0 < self.entmax_alpha_init <= 2.0):
             raise ValueError(f"entmax_alpha_init must be in (1, 2], got {self.entmax_alpha_init}")
+        if self.cosformer_length is not None and not (self.cosformer_length > 0 and math.isfinite(self.cosformer_length)):
+            raise ValueError(f"cosformer_length must be a finite number > 0 (or None), got {self.cosformer_length}")
 
 
 class ScoringModule(nn.Module):
@@ -487,12 +507,17 @@ class ScoringParameters(ScoringModule):
             self.params["t"] = ConstrainedParameter(options.temperature_init, size, num_heads, options.temperature_learnable, "softplus")
         elif scoring == "ssmax":
             self.params["s"] = ConstrainedParameter(options.ssmax_s_init, size, num_heads, True, "softplus")
+        elif scoring == "cosformer":
+            if options.cosformer_length is None:
+                raise ValueError("cosformer needs cosformer_length (its length scale m; models default it to max_position_embeddings)")
+            self.params["m"] = ConstrainedParameter(options.cosformer_length, size, num_heads, False, "softplus")
         elif scoring == "entmax_alpha":
             self.params["alpha"] = ConstrainedParameter(options.entmax_alpha_init, size, num_heads, options.entmax_alpha_learnable, "softplus", floor=1.0)
 
     def initial_values(self) -> dict[str, float]:
         o = self.options
-        return {"b": o.ssa_b_init, "n": o.ssa_n_init, "t": o.temperature_init, "s": o.ssmax_s_init, "alpha": o.entmax_alpha_init}
+        return {"b": o.ssa_b_init, "n": o.ssa_n_init, "t": o.temperature_init, "s": o.ssmax_s_init, "alpha": o.entmax_alpha_init,
+                "m": o.cosformer_length}
 
     def reset_parameters(self) -> None:
         init = self.initial_values()
