@@ -5,6 +5,8 @@ Importing the package registers its attention implementations (`ssa_auto`, `ssa_
 """
 
 from .models import (
+    ALL_SCORING_FUNCTIONS,
+    LINEAR_ATTENTIONS,
     BACKENDS,
     SCORING_FUNCTIONS,
     ScoringOptions,
@@ -25,6 +27,8 @@ register_auto_classes()
 __version__ = "0.1.0"
 
 __all__ = [
+    "ALL_SCORING_FUNCTIONS",
+    "LINEAR_ATTENTIONS",
     "BACKENDS",
     "SCORING_FUNCTIONS",
     "SSABertConfig",

@@ -14,9 +14,12 @@ from .attention import (
     ssa_attention,
     supported_backends,
 )
-from .scoring import SCORING_FUNCTIONS, ScoringOptions, ScoringParameters, get_scoring_function
+from .linear import LINEAR_ATTENTIONS
+from .scoring import ALL_SCORING_FUNCTIONS, SCORING_FUNCTIONS, ScoringOptions, ScoringParameters, get_scoring_function
 
 __all__ = [
+    "ALL_SCORING_FUNCTIONS",
+    "LINEAR_ATTENTIONS",
     "BACKENDS",
     "DEFAULT_IMPLEMENTATION",
     "IMPLEMENTATIONS",

@@ -32,7 +32,7 @@ from ssa_hf import (
 
 from .tiny import bert_config, build, llama_config, tiny_tokenizer
 
-SCORINGS = ["ssa", "softmax", "temperature", "sigmoid", ["ssa", "softmax", "ssa", "sparsemax"]]
+SCORINGS = ["ssa", "softmax", "temperature", "sigmoid", "linear", "cosformer", ["ssa", "softmax", "ssa", "sparsemax"]]
 CASES = [(family, s) for family in ("llama", "bert") for s in SCORINGS]
 IDS = [f"{f}-{s if isinstance(s, str) else 'mixture'}" for f, s in CASES]
 
