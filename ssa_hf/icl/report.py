@@ -1,0 +1,357 @@
+"""report.md and the PNG plots of an ICL experiment, written through `ssa_hf.reporting.OutputDir`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..reporting import OutputDir, markdown_table, pyplot
+from .stats import separated
+from .tasks import is_quantifier
+
+SETS = {"standard": "standard test set (x ~ N(0, sigma))", "balanced": "balanced test set (our addition)"}
+METRICS = {"sequence_error": "sequence error", "individual_error": "individual error"}
+
+
+def _pct(ci: dict) -> str:
+    if ci["low"] is None:
+        return f"{100 * ci['mean']:.1f}%"
+    return f"{100 * ci['mean']:.1f}% [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]"
+
+
+def _num(ci: dict) -> str:
+    if ci["low"] is None:
+        return f"{ci['mean']:.3g}"
+    return f"{ci['mean']:.3g} [{ci['low']:.3g}, {ci['high']:.3g}]"
+
+
+def _reference(scorings: list[str]) -> str:
+    return "softmax" if "softmax" in scorings else scorings[0]
+
+
+def _called(cis: dict[str, dict], reference: str) -> str:
+    """Which scoring functions' intervals lie wholly below / above the reference's."""
+    notes = []
+    for name, ci in cis.items():
+        if name == reference:
+            continue
+        side = separated(ci, cis[reference])
+        if side < 0:
+            notes.append(f"{name} lower")
+        elif side > 0:
+            notes.append(f"{name} higher")
+    return ", ".join(notes) if notes else "intervals overlap"
+
+
+def _sweep_table(results, task: str, sweep: str, test_set: str, metric: str) -> str | None:
+    summary, baselines = results.summary[task], results.baselines[task]
+    scorings = [s for s in results.config["scoring"] if s in summary]
+    if test_set not in summary[scorings[0]][sweep]:
+        return None
+    reference = _reference(scorings)
+    label = "sigma" if sweep == "sigma_sweep" else "points"
+    values = summary[scorings[0]][sweep]["values"]
+    headers = [label] + scorings + ["majority baseline", f"vs {reference} (95% intervals)"]
+    rows = []
+    for i, value in enumerate(values):
+        cis = {s: summary[s][sweep][test_set][metric][i] for s in scorings}
+        base = baselines["majority"][sweep][test_set][metric][i]["mean"]
+        rows.append([value] + [_pct(cis[s]) for s in scorings] + [f"{100 * base:.1f}%", _called(cis, reference)])
+    return markdown_table(headers, rows)
+
+
+def headline_table(results, task: str, sweep: str) -> str:
+    """Sequence error on both test sets side by side (scoring functions, baseline, which intervals separate)."""
+    summary, baselines = results.summary[task], results.baselines[task]
+    scorings = [s for s in results.config["scoring"] if s in summary]
+    reference = _reference(scorings)
+    sets = [t for t in ("standard", "balanced") if t in summary[scorings[0]][sweep]]
+    headers = ["sigma" if sweep == "sigma_sweep" else "points"]
+    for test_set in sets:
+        headers += [f"{s} ({test_set})" for s in scorings] + [f"baseline ({test_set})"]
+    headers.append("called (95% intervals separate)")
+    rows = []
+    for i, value in enumerate(summary[scorings[0]][sweep]["values"]):
+        row, calls = [value], []
+        for test_set in sets:
+            cis = {s: summary[s][sweep][test_set]["sequence_error"][i] for s in scorings}
+            row += [_pct(cis[s]) for s in scorings]
+            row.append(f"{100 * baselines['majority'][sweep][test_set]['sequence_error'][i]['mean']:.1f}%")
+            call = _called(cis, reference)
+            if call != "intervals overlap":
+                calls.append(f"{test_set}: {call}")
+        row.append("; ".join(calls) if calls else "-")
+        rows.append(row)
+    return markdown_table(headers, rows)
+
+
+def _runs_table(results, task: str) -> str:
+    rows = []
+    for r in results.runs:
+        if r["task"] != task:
+            continue
+        train = r["train"]
+        row = [r["name"], train["steps"], f"{train['final_loss']:.4f}" if train["final_loss"] is not None else "-",
+               f"{1000 * (train['seconds_per_step'] or 0):.0f}", f"{train['train_seconds']:.0f}"]
+        if r.get("check"):
+            c = r["check"]
+            row += [f"{100 * c['individual_error']:.2f}%",
+                    "-" if c["balanced_sequence_error"] is None else f"{100 * c['balanced_sequence_error']:.1f}%",
+                    "yes" if c["passed"] else "**no**"]
+        rows.append(row)
+    headers = ["run", "steps", "final loss", "ms/step", "train s"]
+    if is_quantifier(task):
+        headers += ["individual error (sigma 1)", "balanced sequence error (sigma 1)", "learned the rule"]
+    return markdown_table(headers, rows)
+
+
+def _probe_table(results, task: str) -> str | None:
+    summary = results.summary[task]
+    scorings = [s for s in results.config["scoring"] if "probe" in summary.get(s, {})]
+    if not scorings:
+        return None
+    first = summary[scorings[0]]["probe"]
+    layers = len(first["large_token_weight"])
+    points = len(first["correct_per_position"])
+    headers = ["scoring"] + [f"correct at {i + 1}" for i in range(points)] + [
+        f"layer {layer} weight of x{points} on itself" for layer in range(layers)
+    ]
+    rows = []
+    for s in scorings:
+        p = summary[s]["probe"]
+        rows.append([s] + [f"{100 * c:.0f}%" for c in p["correct_per_position"]] + [_num(ci) for ci in p["large_token_weight"]])
+    return markdown_table(headers, rows)
+
+
+def _linear_tables(results, task: str) -> list[str]:
+    summary, baselines = results.summary[task], results.baselines[task]
+    scorings = [s for s in results.config["scoring"] if s in summary]
+    reference = _reference(scorings)
+    parts = []
+    grid = summary[scorings[0]]["grid"]
+    headers = ["sigma_x \\ sigma_ab"] + [f"{v:g}" for v in grid["sigmas_ab"]]
+    for name in scorings:
+        mse = summary[name]["grid"]["mse"]
+        rows = [[f"{sx:g}"] + [_num(c) for c in row] for sx, row in zip(grid["sigmas_x"], mse)]
+        parts.append(f"MSE, {name} (mean [95% interval] over seeds):\n\n" + markdown_table(headers, rows))
+    for name, base in baselines.items():
+        rows = [[f"{sx:g}"] + [f"{c['mean']:.3g}" for c in row] for sx, row in zip(grid["sigmas_x"], base["grid"]["mse"])]
+        parts.append(f"MSE, baseline `{name}`:\n\n" + markdown_table(headers, rows))
+    for name in scorings:
+        if name == reference:
+            continue
+        marks = []
+        for r, sx in enumerate(grid["sigmas_x"]):
+            row = [f"{sx:g}"]
+            for c in range(len(grid["sigmas_ab"])):
+                side = separated(summary[name]["grid"]["mse"][r][c], summary[reference]["grid"]["mse"][r][c])
+                row.append({-1: "lower", 1: "higher", 0: "="}[side])
+            marks.append(row)
+        parts.append(f"{name} vs {reference}: where the 95% intervals separate (`=`: they overlap):\n\n" + markdown_table(headers, marks))
+    return parts
+
+
+def _timing(results) -> str:
+    env = results.environment
+    text = f"Total time {results.seconds / 60:.1f} min"
+    if env.get("cpu_seconds") is not None:
+        text += f" ({env['cpu_seconds'] / 60:.1f} CPU-minutes)"
+    text += f" on {env['cpu_count']} CPUs{', ' + env['cuda'] if env['cuda'] else ''}"
+    loads = [v for v in env.get("load_average") or [] if v is not None]
+    if loads:
+        text += f", 1-minute load average {' -> '.join(f'{v:.1f}' for v in loads)} (before -> after)"
+    return text + "; runs reused from an earlier call are not timed again."
+
+
+def report_markdown(results) -> str:
+    config = results.config
+    model, train, ev = config["model"], config["train"], config["eval"]
+    cur = train["curriculum"]
+    lines = [
+        f"# In-context learning under distribution shift: {', '.join(config['scoring'])} (preset `{config['name']}`)",
+        "",
+        f"Model: {model['layers']} layers, {model['heads']} heads, width {model['width']}"
+        f"{', attention only' if model['attention_only'] else ''} (SSALlama backbone, RoPE). Training: {train['steps']} steps, "
+        f"batch {train['batch_size']}, Adam lr {train['lr']:g}, warm-up {train['warmup_steps']}, x ~ N(0, {train['sigma']:g}), "
+        f"curriculum {cur['start']} -> {cur['end']} points (+{cur['increment']} every {cur['interval']} steps). "
+        f"Seeds {config['seeds']}. Evaluation: {ev['batches']} x {ev['batch_size']} prompts per cell, the same prompts for "
+        f"every model; sequence error counts predictions from position {ev['from_position']} on. Intervals: 95% Student-t "
+        f"over seeds, clipped to [0, 100%]; a difference is called only where intervals separate. "
+        + _timing(results),
+        "",
+        "The majority baseline always answers the most frequent label of each position (a constant answer per "
+        "position, read off the test prompts' own labels). The balanced test set is our addition to the paper's protocol: "
+        "the first counterexample sits at a uniformly random position or nowhere, so it separates a model that learned "
+        "the rule from one that learned to answer the common label.",
+    ]
+    for task in config["tasks"]:
+        lines += ["", f"## Task `{task}`", "", "### Runs", "", _runs_table(results, task)]
+        if is_quantifier(task):
+            failed = [r["name"] for r in results.runs if r["task"] == task and r.get("check") and not r["check"]["passed"]]
+            ev_ = results.config["eval"]
+            lines += ["", (f"In-distribution check (individual error <= {100 * ev_['max_individual_error']:g}% on the standard "
+                           f"set, balanced sequence error <= {100 * ev_['max_balanced_sequence_error']:g}%, at sigma 1): "
+                           + ("every run passed." if not failed else f"**failed: {', '.join(failed)}**"))]
+            first = results.summary[task][config["scoring"][0]]
+            lines += ["", f"### Summary: sequence error (any wrong prediction from position {ev['from_position']} on), "
+                      f"mean [95% interval] over seeds", "",
+                      f"By sigma of x at {first['sigma_sweep']['length']} points:", "",
+                      headline_table(results, task, "sigma_sweep"), "",
+                      f"By prompt length at sigma {first['length_sweep']['sigma']:g}:", "",
+                      headline_table(results, task, "length_sweep")]
+            for sweep, title in (("sigma_sweep", "Error by sigma"), ("length_sweep", "Error by prompt length")):
+                first = results.summary[task][config["scoring"][0]][sweep]
+                where = f"at {first['length']} points" if sweep == "sigma_sweep" else f"at sigma {first['sigma']:g}"
+                for test_set in ("standard", "balanced"):
+                    for metric in ("sequence_error", "individual_error"):
+                        table = _sweep_table(results, task, sweep, test_set, metric)
+                        if table:
+                            lines += ["", f"### {title}: {METRICS[metric]}, {SETS[test_set]}, {where}", "", table]
+            table = _probe_table(results, task)
+            if table:
+                lines += ["", "### Single-large-value probe [1, -1, -2, 1000]", "",
+                          "Share of seeds whose prediction is correct at each position, and the attention weight the last "
+                          "query (x4 = 1000) puts on itself, mean over heads, mean [95% interval] over seeds.", "", table]
+        else:
+            lines += [""] + [p + "\n" for p in _linear_tables(results, task)]
+    plots = results.files.get("plots", [])
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(results, out: OutputDir) -> Path:
+    return out.write_markdown("report.md", report_markdown(results))
+
+
+# --------------------------------------------------------------------------------------------------
+# Plots
+# --------------------------------------------------------------------------------------------------
+
+
+def _band(ax, xs, cis, label, color, seeds=None):
+    means = [c["mean"] for c in cis]
+    ax.plot(xs, means, marker="o", ms=3, label=label, color=color)
+    if cis and cis[0]["low"] is not None:
+        ax.fill_between(xs, [c["low"] for c in cis], [c["high"] for c in cis], color=color, alpha=0.2)
+    if seeds:
+        for s in range(len(cis[0]["values"])):
+            ax.plot(xs, [c["values"][s] for c in cis], color=color, lw=0.6, alpha=0.35)
+
+
+def _sweep_plot(results, task, sweep, plt):
+    summary, baselines = results.summary[task], results.baselines[task]
+    scorings = [s for s in results.config["scoring"] if s in summary]
+    sets = [t for t in ("standard", "balanced") if t in summary[scorings[0]][sweep]]
+    fig, axes = plt.subplots(1, len(sets), figsize=(5.2 * len(sets), 3.8), squeeze=False)
+    xs = summary[scorings[0]][sweep]["values"]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, test_set in zip(axes[0], sets):
+        for k, s in enumerate(scorings):
+            _band(ax, xs, summary[s][sweep][test_set]["sequence_error"], s, colors[k % len(colors)], seeds=True)
+        base = baselines["majority"][sweep][test_set]["sequence_error"]
+        ax.plot(xs, [c["mean"] for c in base], "k--", lw=1, label="majority baseline")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("sigma of x" if sweep == "sigma_sweep" else "points in the prompt")
+        ax.set_ylabel("sequence error")
+        where = (f"{summary[scorings[0]][sweep]['length']} points" if sweep == "sigma_sweep"
+                 else f"sigma {summary[scorings[0]][sweep]['sigma']:g}")
+        ax.set_title(f"{task}: {test_set} set, {where}", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("mean over seeds, 95% interval band, thin lines: single seeds", fontsize=9)
+    return fig
+
+
+def _position_plot(results, task, plt):
+    summary, baselines = results.summary[task], results.baselines[task]
+    scorings = [s for s in results.config["scoring"] if s in summary]
+    sweep = summary[scorings[0]]["sigma_sweep"]
+    sigmas = sweep["values"]
+    panels = [("standard", 0)]
+    if len(sigmas) > 1:
+        panels.append(("standard", len(sigmas) - 1))
+    if "balanced" in sweep:
+        panels.append(("balanced", 0))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, (test_set, i) in zip(axes[0], panels):
+        for k, s in enumerate(scorings):
+            cis = summary[s]["sigma_sweep"][test_set]["per_position"][i]
+            _band(ax, list(range(1, len(cis) + 1)), cis, s, colors[k % len(colors)])
+        base = baselines["majority"]["sigma_sweep"][test_set]["per_position"][i]
+        ax.plot(range(1, len(base) + 1), [c["mean"] for c in base], "k--", lw=1, label="majority baseline")
+        ax.set_xlabel("position")
+        ax.set_ylabel("error")
+        ax.set_title(f"{task}: {test_set} set, sigma {sigmas[i]:g}", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def _probe_plot(results, task, plt):
+    runs = {}
+    for r in results.runs:
+        if r["task"] == task and r.get("probe") and r["scoring"] not in runs:
+            runs[r["scoring"]] = r
+    if not runs:
+        return None
+    names = list(runs)
+    layers = len(runs[names[0]]["probe"]["attention"])
+    fig, axes = plt.subplots(len(names), layers, figsize=(3.4 * layers, 3.7 * len(names)), squeeze=False,
+                             layout="constrained")
+    for row, name in enumerate(names):
+        p = runs[name]["probe"]
+        for layer in range(layers):
+            ax = axes[row][layer]
+            heads = p["attention"][layer]
+            mean = [[sum(h[q][k] for h in heads) / len(heads) for k in range(len(heads[0][q]))] for q in range(len(heads[0]))]
+            ax.imshow(mean, vmin=0, vmax=1, cmap="viridis")
+            ticks = range(len(p["tokens"]))
+            ax.set_xticks(ticks, p["tokens"], rotation=90, fontsize=6)
+            ax.set_yticks(ticks, p["tokens"], fontsize=6)
+            verdict = "".join("+" if c else "x" for c in p["correct"])
+            ax.set_title(f"{name} seed {runs[name]['seed']}, layer {layer}\ncorrect by position: {verdict}", fontsize=8)
+    fig.suptitle(f"{task}: attention (mean over heads) on the probe [1, -1, -2, 1000]", fontsize=9)
+    return fig
+
+
+def _heatmap_plot(results, task, plt):
+    import math
+
+    summary, baselines = results.summary[task], results.baselines[task]
+    scorings = [s for s in results.config["scoring"] if s in summary]
+    panels = [(s, summary[s]["grid"]["mse"]) for s in scorings] + [(f"baseline: {b}", v["grid"]["mse"]) for b, v in baselines.items()]
+    grid = summary[scorings[0]]["grid"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    logs = [[[math.log10(max(c["mean"], 1e-12)) for c in row] for row in m] for _, m in panels]
+    vmin = min(v for m in logs for row in m for v in row)
+    vmax = max(v for m in logs for row in m for v in row)
+    for ax, (name, _), log in zip(axes[0], panels, logs):
+        image = ax.imshow(log, origin="lower", vmin=vmin, vmax=vmax, cmap="magma")
+        ax.set_xticks(range(len(grid["sigmas_ab"])), [f"{v:g}" for v in grid["sigmas_ab"]], fontsize=7)
+        ax.set_yticks(range(len(grid["sigmas_x"])), [f"{v:g}" for v in grid["sigmas_x"]], fontsize=7)
+        ax.set_xlabel("sigma of a, b")
+        ax.set_ylabel("sigma of x")
+        ax.set_title(name, fontsize=9)
+    fig.colorbar(image, ax=list(axes[0]), label="log10 MSE (mean over seeds)")
+    fig.suptitle(f"{task}: MSE from position {results.config['eval']['from_position']} on, {grid['length']} points", fontsize=9)
+    return fig
+
+
+def write_plots(results, out: OutputDir) -> list[Path]:
+    plt = pyplot()
+    written = []
+    for task in results.config["tasks"]:
+        if is_quantifier(task):
+            figures = [
+                (f"{task}_error_vs_sigma.png", _sweep_plot(results, task, "sigma_sweep", plt)),
+                (f"{task}_error_vs_length.png", _sweep_plot(results, task, "length_sweep", plt)),
+                (f"{task}_error_per_position.png", _position_plot(results, task, plt)),
+                (f"{task}_attention_probe.png", _probe_plot(results, task, plt)),
+            ]
+        else:
+            figures = [(f"{task}_mse_heatmap.png", _heatmap_plot(results, task, plt))]
+        for name, figure in figures:
+            if figure is not None:
+                written.append(out.save_figure(name, figure))
+    return written

@@ -1,0 +1,275 @@
+"""Training of one ICL run (task, scoring function, seed) with accelerate: seeded, checkpointed, resumable.
+
+- Seeds: `seed` fixes the model's initial weights (the same for every scoring function, since the scoring
+  parameters start from constants) and the training prompts (a generator of their own, derived from task and seed).
+  Two runs that differ only in the scoring function therefore start from the same weights and see the same data.
+- Checkpoints: `accelerator.save_state` (model as safetensors, optimizer, scheduler, python/numpy/torch RNG states)
+  plus the training state (step, data generator, loss history), written to a temporary folder and renamed into
+  place, so a stop at any moment leaves the previous checkpoint intact. A new call on the same folder resumes from
+  it exactly: resumed and uninterrupted training give the same weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..reporting import atomic_write_json
+from .model import ICLModel, ICLModelConfig
+from .tasks import is_quantifier, sample_standard
+from .config import TrainConfig
+
+logger = logging.getLogger("ssa_hf.icl")
+
+CHECKPOINT = "checkpoint"
+_OLD = ".checkpoint.old"
+_SPEC = "run_spec.json"
+# fields that may change between a stop and a resume without invalidating the checkpoint
+_RESUMABLE_CHANGES = {"steps", "checkpoint_every", "log_every"}
+
+
+@dataclass
+class RunSpec:
+    """One run of an experiment."""
+
+    task: str
+    scoring: str
+    seed: int
+    model: ICLModelConfig = field(default_factory=ICLModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    @property
+    def name(self) -> str:
+        return f"{self.task}-{self.scoring}-seed{self.seed}"
+
+    def model_config(self) -> ICLModelConfig:
+        return dataclasses.replace(self.model, scoring=self.scoring)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["model"]["scoring"] = self.scoring
+        return out
+
+
+@dataclass
+class TrainResult:
+    name: str
+    steps: int
+    final_loss: float | None
+    train_seconds: float
+    seconds_per_step: float | None
+    history: list[dict]
+    resumed_from: int | None
+    scoring_parameters: dict
+    checkpoint: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def loss_fn(task: str, outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy on sigmoid(output) vs (y + 1) / 2 (quantifiers), squared error (linear)."""
+    if is_quantifier(task):
+        return F.binary_cross_entropy_with_logits(outputs, (labels + 1) / 2)
+    return F.mse_loss(outputs, labels)
+
+
+def data_seed(task: str, seed: int) -> int:
+    return zlib.crc32(f"icl-train|{task}|{seed}".encode())
+
+
+class TrainingState:
+    """What accelerate's save_state does not know about: the step, the prompt generator, the loss history."""
+
+    def __init__(self, generator: torch.Generator):
+        self.generator = generator
+        self.step = 0
+        self.history: list[dict] = []
+        self.train_seconds = 0.0
+
+    def state_dict(self) -> dict:
+        return {
+            "step": self.step,
+            "history": self.history,
+            "train_seconds": self.train_seconds,
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = int(state["step"])
+        self.history = list(state["history"])
+        self.train_seconds = float(state["train_seconds"])
+        self.generator.set_state(state["generator"])
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' but torch sees no CUDA device; use device='cpu' or 'auto'")
+    return device
+
+
+def find_checkpoint(run_dir: str | Path) -> Path | None:
+    """The run's checkpoint folder, or the previous one if a stop came between the two renames of a save."""
+    run_dir = Path(run_dir)
+    for name in (CHECKPOINT, _OLD):
+        if (run_dir / name / _SPEC).is_file():
+            return run_dir / name
+    return None
+
+
+def _fsync_tree(path: Path) -> None:
+    for file in path.rglob("*"):
+        if file.is_file():
+            with open(file, "rb") as handle:
+                os.fsync(handle.fileno())
+
+
+def save_checkpoint(accelerator, run_dir: Path, spec: RunSpec) -> Path:
+    """accelerate's save_state into a temporary folder, then renamed to `run_dir/checkpoint`."""
+    tmp = run_dir / f".checkpoint.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    accelerator.save_state(str(tmp))
+    atomic_write_json(tmp / _SPEC, spec.to_dict())
+    _fsync_tree(tmp)
+    final, old = run_dir / CHECKPOINT, run_dir / _OLD
+    if final.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _check_resumable(checkpoint: Path, spec: RunSpec) -> None:
+    saved = json.loads((checkpoint / _SPEC).read_text())
+    current = json.loads(json.dumps(spec.to_dict()))  # same types as the saved JSON
+    for key in ("task", "scoring", "seed", "model"):
+        if saved.get(key) != current[key]:
+            raise ValueError(
+                f"{checkpoint} belongs to a different run ({key}: {saved.get(key)!r} vs {current[key]!r}); "
+                f"use another output folder or delete it"
+            )
+    for key, value in current["train"].items():
+        if key not in _RESUMABLE_CHANGES and saved["train"].get(key) != value:
+            raise ValueError(
+                f"{checkpoint} was trained with train.{key}={saved['train'].get(key)!r}, now {value!r}; "
+                f"use another output folder or delete it"
+            )
+
+
+def build_model(spec: RunSpec, attn_implementation: str = "ssa_auto") -> ICLModel:
+    """The run's model with its seeded initial weights."""
+    from accelerate.utils import set_seed
+
+    set_seed(spec.seed)
+    return ICLModel(spec.model_config(), attn_implementation=attn_implementation)
+
+
+def train_run(
+    spec: RunSpec,
+    run_dir: str | Path,
+    device: str = "auto",
+    progress: bool = True,
+    stop_at: int | None = None,
+    position: int = 0,
+) -> tuple[ICLModel, TrainResult]:
+    """Train (or resume, or just load when finished) one run in `run_dir`; returns the model and a summary.
+
+    `stop_at` ends the call after that many steps in all (with a checkpoint), as a stop would; the next call
+    resumes. The returned model is unwrapped, in eval mode, on the training device.
+    """
+    from accelerate import Accelerator
+    from tqdm.auto import tqdm
+    from transformers import get_constant_schedule_with_warmup
+
+    spec.train.validate()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(device)
+    accelerator = Accelerator(cpu=device == "cpu", mixed_precision=spec.train.mixed_precision)
+    model = build_model(spec)
+    optimizer = torch.optim.Adam(model.parameters(), lr=spec.train.lr, weight_decay=spec.train.weight_decay)
+    scheduler = get_constant_schedule_with_warmup(optimizer, spec.train.warmup_steps)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    state = TrainingState(torch.Generator().manual_seed(data_seed(spec.task, spec.seed)))
+    accelerator.register_for_checkpointing(state)
+
+    checkpoint = find_checkpoint(run_dir)
+    resumed_from = None
+    if checkpoint is not None:
+        _check_resumable(checkpoint, spec)
+        accelerator.load_state(str(checkpoint))
+        resumed_from = state.step
+        logger.info("%s: resuming from step %d (%s)", spec.name, state.step, checkpoint)
+
+    total = spec.train.steps if stop_at is None else min(spec.train.steps, stop_at)
+    bar = tqdm(total=spec.train.steps, initial=state.step, desc=spec.name, disable=not progress, leave=False,
+               mininterval=0.5, dynamic_ncols=True, position=position)
+    model.train()
+    window, window_steps = torch.zeros((), device=accelerator.device), 0
+    started = time.perf_counter()
+    steps_here = 0
+    while state.step < total:
+        points = spec.train.curriculum.points(state.step)
+        prompts = sample_standard(
+            spec.task, spec.train.batch_size, points, spec.train.sigma, state.generator, spec.train.sigma_ab
+        ).to(accelerator.device)
+        with accelerator.autocast():
+            outputs = model(prompts.features())[:, 0::2]
+        loss = loss_fn(spec.task, outputs.float(), prompts.ys)
+        accelerator.backward(loss)
+        if spec.train.grad_clip is not None:
+            accelerator.clip_grad_norm_(model.parameters(), spec.train.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        state.step += 1
+        steps_here += 1
+        window += loss.detach()
+        window_steps += 1
+        if state.step % spec.train.log_every == 0 or state.step == total:
+            mean = float(window) / window_steps
+            if not torch.isfinite(torch.tensor(mean)):
+                raise FloatingPointError(f"{spec.name}: the training loss is {mean} at step {state.step}")
+            state.history.append({"step": state.step, "loss": mean, "points": points})
+            bar.set_postfix(loss=f"{mean:.4f}", points=points)
+            window, window_steps = torch.zeros((), device=accelerator.device), 0
+        bar.update(1)
+        if state.step % spec.train.checkpoint_every == 0 or state.step == total:
+            state.train_seconds += time.perf_counter() - started
+            started = time.perf_counter()
+            save_checkpoint(accelerator, run_dir, spec)
+    bar.close()
+    state.train_seconds += time.perf_counter() - started if steps_here else 0.0
+    if checkpoint is None and steps_here == 0:
+        save_checkpoint(accelerator, run_dir, spec)
+
+    model = accelerator.unwrap_model(model)
+    model.eval()
+    result = TrainResult(
+        name=spec.name,
+        steps=state.step,
+        final_loss=state.history[-1]["loss"] if state.history else None,
+        train_seconds=state.train_seconds,
+        seconds_per_step=state.train_seconds / state.step if state.step else None,
+        history=list(state.history),
+        resumed_from=resumed_from,
+        scoring_parameters=model.scoring_parameters(),
+        checkpoint=str(run_dir / CHECKPOINT),
+    )
+    accelerator.free_memory()
+    return model, result

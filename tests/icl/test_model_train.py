@@ -1,0 +1,122 @@
+"""The read-in / backbone / read-out model, a two-step training run, checkpoints and exact resume."""
+
+import json
+
+import pytest
+import torch
+
+from ssa_hf.icl import ICLModelConfig, RunSpec, TrainConfig
+from ssa_hf.icl.tasks import Curriculum, sample_standard
+from ssa_hf.icl.train import CHECKPOINT, build_model, find_checkpoint, train_run
+
+TINY = dict(layers=1, heads=2, width=16, max_points=32)
+
+
+def tiny_spec(scoring="ssa", steps=2, seed=0, **train):
+    train = {"steps": steps, "batch_size": 8, "warmup_steps": 0, "checkpoint_every": 1, "log_every": 1,
+             "curriculum": Curriculum(5, 7, 2, 1), **train}
+    return RunSpec("every", scoring, seed, ICLModelConfig(**TINY), TrainConfig(**train))
+
+
+@pytest.mark.parametrize("scoring", ["softmax", "ssa", "ssmax"])
+def test_model_takes_any_scoring_function(scoring):
+    model = ICLModel_of(scoring)
+    prompts = sample_standard("every", 3, 5)
+    assert model(prompts.features()).shape == (3, 10)
+    assert model.predictions(prompts.features()).shape == (3, 5)
+    assert all(layer.self_attn.scoring.scoring == scoring for layer in model.backbone.layers)
+    if scoring == "ssa":
+        params = model.scoring_parameters()
+        assert len(params) == TINY["layers"] and all(set(v) == {"b", "n"} for v in params.values())
+
+
+def ICLModel_of(scoring, **kw):
+    from ssa_hf.icl import ICLModel
+
+    return ICLModel(ICLModelConfig(**{**TINY, **kw, "scoring": scoring}))
+
+
+def test_attention_only_has_no_mlp():
+    full, attn_only = ICLModel_of("ssa"), ICLModel_of("ssa", attention_only=True)
+    assert any("mlp" in n for n, _ in full.named_parameters())
+    assert not any("mlp" in n for n, _ in attn_only.named_parameters())
+    assert attn_only(sample_standard("every", 2, 4).features()).shape == (2, 8)
+
+
+def test_model_is_causal():
+    model = ICLModel_of("ssa").eval()
+    p = sample_standard("every", 2, 6).features()
+    changed = p.clone()
+    changed[:, 7:] += 5.0
+    with torch.no_grad():
+        torch.testing.assert_close(model(p)[:, :7], model(changed)[:, :7])
+
+
+def test_model_config_errors_name_the_field():
+    with pytest.raises(ValueError, match="model.scoring"):
+        ICLModelConfig(scoring="nope").validate()
+    with pytest.raises(ValueError, match="multiple of model.heads"):
+        ICLModelConfig(width=30, heads=4).validate()
+    with pytest.raises(ValueError, match="features must have shape"):
+        ICLModel_of("ssa")(torch.zeros(2, 4, 3))
+
+
+def test_same_seed_same_initial_weights_for_every_scoring_function():
+    a = build_model(tiny_spec("softmax")).read_in.weight
+    b = build_model(tiny_spec("ssa")).read_in.weight
+    c = build_model(tiny_spec("ssa", seed=1)).read_in.weight
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_two_step_training_run(tmp_path):
+    spec = tiny_spec("ssa")
+    model, result = train_run(spec, tmp_path / "run", device="cpu", progress=False)
+    assert result.steps == 2 and len(result.history) == 2
+    assert all(torch.isfinite(torch.tensor(h["loss"])) for h in result.history)
+    assert [h["points"] for h in result.history] == [5, 7]  # the curriculum
+    checkpoint = tmp_path / "run" / CHECKPOINT
+    assert (checkpoint / "model.safetensors").is_file() and (checkpoint / "optimizer.bin").is_file()
+    assert json.loads((checkpoint / "run_spec.json").read_text())["scoring"] == "ssa"
+    assert not any(p.name.startswith(".checkpoint") for p in (tmp_path / "run").iterdir())
+    # the SSA parameters were trained
+    assert result.scoring_parameters != build_model(spec).scoring_parameters()
+    assert not model.training
+
+
+def test_resume_after_a_stop_is_exact(tmp_path):
+    straight, _ = train_run(tiny_spec(steps=4), tmp_path / "a", device="cpu", progress=False)
+    _, stopped = train_run(tiny_spec(steps=4), tmp_path / "b", device="cpu", progress=False, stop_at=2)
+    assert stopped.steps == 2 and find_checkpoint(tmp_path / "b") is not None
+    resumed, result = train_run(tiny_spec(steps=4), tmp_path / "b", device="cpu", progress=False)
+    assert result.resumed_from == 2 and result.steps == 4 and len(result.history) == 4
+    for (name, p), q in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(p, q), name
+    # a finished run is loaded, not trained again
+    _, again = train_run(tiny_spec(steps=4), tmp_path / "b", device="cpu", progress=False)
+    assert again.resumed_from == 4 and again.history == result.history
+
+
+def test_resume_survives_a_stop_between_the_renames(tmp_path):
+    train_run(tiny_spec(steps=2), tmp_path / "r", device="cpu", progress=False)
+    (tmp_path / "r" / CHECKPOINT).rename(tmp_path / "r" / ".checkpoint.old")
+    _, result = train_run(tiny_spec(steps=3), tmp_path / "r", device="cpu", progress=False)
+    assert result.resumed_from == 2 and result.steps == 3
+
+
+def test_resume_refuses_a_different_run(tmp_path):
+    train_run(tiny_spec(steps=1), tmp_path / "r", device="cpu", progress=False)
+    with pytest.raises(ValueError, match="train.lr"):
+        train_run(tiny_spec(steps=1, lr=0.5), tmp_path / "r", device="cpu", progress=False)
+    with pytest.raises(ValueError, match="scoring"):
+        train_run(tiny_spec("softmax", steps=1), tmp_path / "r", device="cpu", progress=False)
+
+
+def test_paper_model_size():
+    """The paper preset's backbone: 12 layers, 8 heads, width 256 (about 9.5M parameters with MLPs)."""
+    from ssa_hf.icl import ICLModel, preset
+
+    config = preset("paper").model
+    model = ICLModel(config)
+    assert len(model.backbone.layers) == 12 and model.backbone.config.num_attention_heads == 8
+    per_layer = 4 * 256 * 256 + 3 * 256 * 1024 + 2 * 256 + 2 * 8  # attention, MLP, norms, SSA b and n per head
+    assert sum(p.numel() for p in model.parameters()) == 12 * per_layer + 256 + 256 + (2 * 256 + 256) + (256 + 1)

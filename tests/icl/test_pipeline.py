@@ -1,0 +1,116 @@
+"""The whole experiment on a tiny configuration: results.json, report.md and plots; presets and the CLI."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ssa_hf.icl import PRESETS, config_from_dict, load_config, preset, run_icl
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_pipeline_writes_results_report_and_plots(tmp_path, tiny_config):
+    results = run_icl(tiny_config, tmp_path, progress=False)
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert [r["name"] for r in data["runs"]] == [
+        "every-softmax-seed0", "every-softmax-seed1", "every-ssa-seed0", "every-ssa-seed1"
+    ]
+    run = data["runs"][0]
+    assert run["config"]["model"]["scoring"] == "softmax" and run["train"]["steps"] == 2
+    assert set(run["eval"]) == {"sigma_sweep", "length_sweep", "in_distribution"}
+    assert len(run["probe"]["attention"]) == 1 and len(run["probe"]["attention"][0]) == 2  # layers, heads
+    summary = data["summary"]["every"]["ssa"]
+    cell = summary["sigma_sweep"]["balanced"]["sequence_error"][1]
+    assert cell["n"] == 2 and len(cell["values"]) == 2 and cell["low"] <= cell["mean"] <= cell["high"]
+    assert data["baselines"]["every"]["majority"]["length_sweep"]["standard"]["sequence_error"][0]["n"] == 1
+    report = (tmp_path / "report.md").read_text()
+    for text in ("Error by sigma", "Error by prompt length", "balanced test set", "majority baseline",
+                 "Single-large-value probe", "| softmax | ssa |"):
+        assert text in report
+    for name in ("every_error_vs_sigma", "every_error_vs_length", "every_error_per_position", "every_attention_probe"):
+        png = tmp_path / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({name}.png)" in report
+    # 2 training steps do not learn the rule, and the report says so
+    assert results.failed_runs() and "failed:" in report
+    # a second call reuses every finished run
+    again = run_icl(tiny_config, tmp_path, progress=False, plots=False)
+    assert again.runs == results.runs
+
+
+def test_linear_task_pipeline(tmp_path, tiny_config):
+    tiny_config.tasks = ["linear"]
+    tiny_config.scoring = ["ssa"]
+    run_icl(tiny_config, tmp_path, progress=False)
+    data = json.loads((tmp_path / "results.json").read_text())
+    grid = data["summary"]["linear"]["ssa"]["grid"]
+    assert len(grid["mse"]) == 2 and len(grid["mse"][0]) == 2
+    assert set(data["baselines"]["linear"]) == {"zero", "least_squares"}
+    assert (tmp_path / "linear_mse_heatmap.png").is_file()
+    assert "MSE, ssa" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_yaml_presets_match(name):
+    assert load_config(REPO / "configs" / "icl" / f"{name}.yaml").to_dict() == preset(name).to_dict()
+
+
+def test_presets():
+    quick, paper = preset("quick"), preset("paper")
+    assert (quick.tasks, quick.scoring, quick.seeds) == (["every"], ["softmax", "ssa"], [0, 1, 2, 3, 4])
+    assert (quick.model.layers, quick.model.heads, quick.model.width) == (2, 4, 64)
+    assert (paper.model.layers, paper.model.heads, paper.model.width, paper.train.steps) == (12, 8, 256, 500_000)
+    c = paper.train.curriculum
+    assert (c.start, c.end, c.increment, c.interval) == (11, 41, 2, 2000)
+    assert paper.eval.sigmas == list(range(1, 30)) and paper.eval.lengths[0] == 10 and paper.eval.lengths[-1] == 200
+
+
+@pytest.mark.parametrize(
+    "update, message",
+    [
+        ({"tasks": ["every", "most"]}, "unknown ICL task 'most'"),
+        ({"scoring": ["softmax", "nope"]}, "unknown scoring function 'nope'"),
+        ({"train": {"stepz": 3}}, r"train: unknown field\(s\) \['stepz'\]"),
+        ({"train": {"curriculum": {"start": 50}}}, "curriculum"),
+        ({"eval": {"sigmas": [0]}}, "eval.sigmas"),
+        ({"eval": {"lengths": [1000]}}, "max_points"),
+        ({"seeds": [1, 1]}, "duplicates"),
+        ({"preset": "huge"}, "unknown ICL preset"),
+    ],
+)
+def test_bad_configs_name_what_to_fix(update, message):
+    with pytest.raises(ValueError, match=message):
+        config_from_dict(update, base=preset("quick"))
+
+
+def test_cli_overrides(tmp_path):
+    from ssa_hf.cli import build_parser
+    from ssa_hf.icl.cli_options import config_from_args
+
+    args = build_parser().parse_args(
+        ["icl", "--preset", "quick", "--scoring", "softmax,ssa,ssmax", "--seeds", "3,4", "--width", "32",
+         "--steps", "7", "--attention-only", "--linear-sigmas", "1,2", "--output-dir", str(tmp_path)]
+    )
+    config = config_from_args(args)
+    assert config.scoring == ["softmax", "ssa", "ssmax"] and config.seeds == [3, 4]
+    assert config.model.width == 32 and config.model.attention_only and config.train.steps == 7
+    assert config.eval.linear_sigmas_x == config.eval.linear_sigmas_ab == [1.0, 2.0]
+    assert config.model.layers == 2  # untouched fields keep the preset's value
+
+
+def test_cli_reports_bad_options(capsys):
+    from ssa_hf.cli import main
+
+    assert main(["icl", "--tasks", "most", "--output-dir", "unused"]) == 2
+    assert "unknown ICL task 'most'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_parallel_workers_give_the_same_results(tmp_path, tiny_config):
+    """Two worker processes (spawn) train and evaluate exactly what one process does."""
+    serial = run_icl(tiny_config, tmp_path / "serial", progress=False, plots=False)
+    tiny_config.workers = 2
+    parallel = run_icl(tiny_config, tmp_path / "parallel", progress=False, plots=False)
+    strip = lambda runs: [{k: v for k, v in r.items() if k not in ("train", "eval_seconds")} for r in runs]  # noqa: E731
+    assert strip(parallel.runs) == strip(serial.runs)
+    assert [r["train"]["history"] for r in parallel.runs] == [r["train"]["history"] for r in serial.runs]
