@@ -20,6 +20,9 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private; results are ordinary files
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..models.scoring import SCORING_FUNCTIONS
+from ..models.scoring import ALL_SCORING_FUNCTIONS
 from .model import ICLModelConfig
 from .tasks import Curriculum, check_task
 
@@ -115,8 +115,8 @@ class ICLConfig:
         for task in self.tasks:
             check_task(task)
         for name in self.scoring:
-            if name not in SCORING_FUNCTIONS:
-                raise ValueError(f"scoring: unknown scoring function {name!r}; choose from {list(SCORING_FUNCTIONS)}")
+            if name not in ALL_SCORING_FUNCTIONS:
+                raise ValueError(f"scoring: unknown scoring function {name!r}; choose from {list(ALL_SCORING_FUNCTIONS)}")
         for values, what in ((self.tasks, "tasks"), (self.scoring, "scoring"), (self.seeds, "seeds")):
             if len(set(values)) != len(values):
                 raise ValueError(f"{what} has duplicates: {values}")

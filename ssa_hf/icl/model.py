@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from ..models.configuration_ssa_llama import SSALlamaConfig
 from ..models.modeling_ssa_llama import SSALlamaModel
-from ..models.scoring import SCORING_FUNCTIONS
+from ..models.scoring import ALL_SCORING_FUNCTIONS
 
 # read-in features per token: [value, is-label-slot] (see `Prompts.features`)
 FEATURES = 2
@@ -21,7 +21,7 @@ FEATURES = 2
 
 @dataclass
 class ICLModelConfig:
-    """Size and attention of the ICL model. `scoring` names an entry of `ssa_hf.SCORING_FUNCTIONS`."""
+    """Size and attention of the ICL model. `scoring` names an entry of `ssa_hf.ALL_SCORING_FUNCTIONS`."""
 
     layers: int = 2
     heads: int = 4
@@ -34,8 +34,8 @@ class ICLModelConfig:
     max_points: int = 256
 
     def validate(self) -> None:
-        if self.scoring not in SCORING_FUNCTIONS:
-            raise ValueError(f"model.scoring: unknown scoring function {self.scoring!r}; choose from {list(SCORING_FUNCTIONS)}")
+        if self.scoring not in ALL_SCORING_FUNCTIONS:
+            raise ValueError(f"model.scoring: unknown scoring function {self.scoring!r}; choose from {list(ALL_SCORING_FUNCTIONS)}")
         for name in ("layers", "heads", "width", "mlp_ratio", "max_points"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
