@@ -1,0 +1,283 @@
+"""One report from the evaluation, probe and perplexity results of several models (e.g. an SSA model and its
+softmax twin): tables side by side and plots.
+
+Each RESULT is a JSON file or a folder of them. Recognised files:
+- `eval.json` of `ssa-hf eval` (kind "lm_eval"), and its multi-model `eval_comparison.json`;
+- lm-eval's own results file (`lm_eval ... --output_path`, with "results" and "lm_eval_version"): metrics,
+  versions and shots, without baselines (lm-eval does not record the labels);
+- `probe.json` of `ssa-hf probe` (kind "zorro");
+- `perplexity.json` of `ssa-hf perplexity` (a list of {"model", "data", "perplexity", ...}: one row per data
+  set), or any JSON with numeric fields named `perplexity`/`ppl` (e.g. {"name": ..., "wikitext": {"perplexity":
+  22.1}}): each such field becomes one row, labelled by its path.
+Results are grouped into columns by model name (the file's `name`, else the folder name; `names` overrides one
+name per RESULT argument, an empty entry keeps the file's).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..reporting import OutputDir
+from ._config import config_from_yaml
+from .checkpoint import default_name
+from .harness import parse_metrics
+
+log = logging.getLogger(__name__)
+
+_PPL_KEY = re.compile(r"(^|_)(perplexity|ppl)($|_)", re.IGNORECASE)
+_SKIP_SUBTREES = {"config", "settings", "model", "versions", "files", "args", "training", "hyperparameters"}
+
+
+@dataclass
+class CompareConfig:
+    results: list[str] = field(default_factory=list)
+    names: list[str] | None = None
+    output_dir: str | None = None
+    title: str = "Model comparison"
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> CompareConfig:
+        return config_from_yaml(cls, path, **overrides)
+
+
+@dataclass
+class CompareResults:
+    title: str
+    lm_eval: list[dict[str, Any]]
+    zorro: list[dict[str, Any]]
+    perplexity: list[dict[str, Any]]
+    sources: list[str]
+    markdown: str = ""
+    files: dict[str, str] = field(default_factory=dict)
+    kind: str = "comparison"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+
+def extract_perplexities(obj: Any, path: tuple[str, ...] = ()) -> dict[str, float]:
+    """Every numeric field named perplexity/ppl (or ending/starting so, e.g. `wikitext_ppl`) -> its value, keyed
+    by its path (config-like subtrees are skipped)."""
+    found: dict[str, float] = {}
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            key = str(key)
+            if key.lower() in _SKIP_SUBTREES:
+                continue
+            if _PPL_KEY.search(key) and isinstance(value, (int, float)) and not isinstance(value, bool):
+                if "stderr" in key.lower() or "std" == key.lower().rsplit("_", 1)[-1]:
+                    continue
+                label_parts = list(path)
+                if key.lower() not in ("perplexity", "ppl"):
+                    label_parts.append(key)
+                found["/".join(label_parts) or "perplexity"] = float(value)
+            elif isinstance(value, (dict, list)):
+                found.update(extract_perplexities(value, path + (key,)))
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            label = None
+            if isinstance(value, dict):
+                label = next((value[k] for k in ("data", "dataset", "name") if isinstance(value.get(k), str)), None)
+            found.update(extract_perplexities(value, path + (str(label or i),)))
+    return found
+
+
+def _from_lm_eval_output(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """lm-eval's own results file -> the shape of an `ssa-hf eval` result (no baselines)."""
+    config = data.get("config", {})
+    model_args = config.get("model_args") or {}
+    if isinstance(model_args, str):
+        model_args = dict(part.split("=", 1) for part in model_args.split(",") if "=" in part)
+    source = model_args.get("pretrained") or config.get("model") or path.parent.name
+    tasks = {}
+    for task, results in data.get("results", {}).items():
+        n = data.get("n-samples", {}).get(task, {})
+        tasks[task] = {
+            "metrics": parse_metrics(results),
+            "version": data.get("versions", {}).get(task),
+            "num_fewshot": data.get("n-shot", {}).get(task),
+            "n": n.get("effective"),
+            "n_total": n.get("original"),
+            "baselines": None,
+            "data": {"dataset_path": data.get("configs", {}).get(task, {}).get("dataset_path")},
+        }
+    shots = sorted({t["num_fewshot"] for t in tasks.values() if t["num_fewshot"] is not None})
+    return {
+        "kind": "lm_eval",
+        "name": default_name(str(source)),
+        "model": {"source": str(source), "checkpoint_hash": {"sha256": None, "reason": "lm-eval output"}},
+        "settings": {"num_fewshot": shots[0] if len(shots) == 1 else shots, "limit": config.get("limit"), "data": "lm-eval output"},
+        "versions": {"lm_eval": data.get("lm_eval_version")},
+        "tasks": tasks,
+    }
+
+
+def classify(data: Any, path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """[(kind, result)] found in one JSON document (kind: lm_eval, zorro or perplexity)."""
+    if isinstance(data, list):
+        # `ssa-hf perplexity` writes a list of records {"model": ..., "data": ..., "perplexity": ...}
+        values = extract_perplexities(data)
+        if not values:
+            return []
+        models = {r.get("model") for r in data if isinstance(r, dict) and isinstance(r.get("model"), str)}
+        name = default_name(models.pop()) if len(models) == 1 else path.parent.name
+        return [("perplexity", {"kind": "perplexity", "name": name, "perplexity": values, "source": str(path)})]
+    if not isinstance(data, dict):
+        return []
+    kind = data.get("kind")
+    if kind == "lm_eval":
+        return [("lm_eval", data)]
+    if kind == "lm_eval_comparison":
+        return [("lm_eval", run) for run in data.get("runs", [])]
+    if kind == "zorro":
+        return [("zorro", data)]
+    if kind in ("comparison",):
+        return []
+    if "results" in data and "lm_eval_version" in data:
+        return [("lm_eval", _from_lm_eval_output(data, path))]
+    values = extract_perplexities(data)
+    if values:
+        name = data.get("name") or data.get("model_name") or path.parent.name
+        if isinstance(data.get("model"), str):
+            name = data.get("name") or default_name(data["model"])
+        return [("perplexity", {"kind": "perplexity", "name": str(name), "perplexity": values, "source": str(path)})]
+    return []
+
+
+def load_results(paths: list[str], names: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """{"lm_eval": [...], "zorro": [...], "perplexity": [...]} from files and folders; FileNotFoundError for a
+    missing path, ValueError for a path with no recognisable result."""
+    if not paths:
+        raise ValueError("give at least one RESULT (a results JSON file or a folder of them)")
+    if names is not None and len(names) != len(paths):
+        raise ValueError(f"--names: {len(names)} names for {len(paths)} RESULT arguments")
+    found: dict[str, list[dict[str, Any]]] = {"lm_eval": [], "zorro": [], "perplexity": []}
+    for index, raw in enumerate(paths):
+        path = Path(raw).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(f"result {path} does not exist")
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*.json") if not p.name.startswith("."))
+        # a multi-model eval folder holds eval_comparison.json and one eval.json per model: read the runs once
+        if any(f.name == "eval_comparison.json" for f in files):
+            files = [f for f in files if f.name != "eval.json"]
+        hits = 0
+        for file in files:
+            if file.name in ("eval_samples.json", "probe_scores.json", "compare.json"):
+                continue
+            try:
+                data = json.loads(file.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                if path.is_file():
+                    raise ValueError(f"result {file} is not valid JSON: {error}") from error
+                continue
+            for kind, result in classify(data, file):
+                result = dict(result)
+                if names is not None and names[index]:
+                    result["name"] = names[index]
+                elif not result.get("name"):
+                    result["name"] = file.parent.name
+                result.setdefault("source_file", str(file))
+                found[kind].append(result)
+                hits += 1
+        if hits == 0:
+            raise ValueError(
+                f"no evaluation, probe or perplexity results in {path} (expected eval.json, probe.json, an lm-eval "
+                "results file or a JSON with perplexity fields)"
+            )
+    for kind, runs in found.items():
+        seen: dict[str, int] = {}
+        for run in runs:
+            seen[run["name"]] = seen.get(run["name"], 0) + 1
+        clashes = [n for n, c in seen.items() if c > 1]
+        if clashes:
+            raise ValueError(
+                f"two {kind} results are both named {clashes}; give each RESULT a name with --names"
+            )
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------- run
+
+
+def run_compare(config: CompareConfig) -> CompareResults:
+    from .report import (
+        lm_eval_caveats,
+        lm_eval_figure,
+        lm_eval_table,
+        models_table,
+        perplexity_figure,
+        perplexity_table,
+        zorro_figure,
+        zorro_table,
+    )
+
+    found = load_results(list(config.results), config.names)
+    lines = [f"# {config.title}", ""]
+    all_runs = found["lm_eval"] + found["zorro"]
+    if all_runs:
+        lines += ["## Models", "", models_table(all_runs), ""]
+    figures = {}
+    if found["perplexity"]:
+        lines += ["## Perplexity (lower is better)", "", perplexity_table(found["perplexity"]), ""]
+        lines += [f"Sources: " + ", ".join(f"{r['name']}: `{r['source']}`" for r in found["perplexity"]), ""]
+        figures["compare_perplexity.png"] = perplexity_figure(found["perplexity"])
+    if found["lm_eval"]:
+        runs = found["lm_eval"]
+        settings = runs[0].get("settings", {})
+        lines += [
+            "## lm-evaluation-harness",
+            "",
+            f"lm-eval {runs[0].get('versions', {}).get('lm_eval', '?')}, num_fewshot = {settings.get('num_fewshot')}, "
+            f"limit = {settings.get('limit')}. Value ± standard error; chance and majority baselines on the scored "
+            "documents.",
+            "",
+            lm_eval_table(runs),
+            "",
+        ]
+        notes = lm_eval_caveats(runs)
+        if notes:
+            lines += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
+        figures["compare_lm_eval.png"] = lm_eval_figure(runs)
+    if found["zorro"]:
+        runs = found["zorro"]
+        versions = sorted({r["settings"]["zorro_version"] for r in runs})
+        lines += [
+            "## Zorro grammar probes (accuracy %, chance 50)",
+            "",
+            f"Zorro version(s): {', '.join(versions)}" + ("  (differ between models)" if len(versions) > 1 else ""),
+            "",
+            zorro_table(runs),
+            "",
+        ]
+        figures["compare_zorro.png"] = zorro_figure(runs)
+    if figures:
+        lines += ["## Figures", ""] + [f"![{name}]({name})" for name in figures]
+    result = CompareResults(
+        title=config.title,
+        lm_eval=found["lm_eval"],
+        zorro=found["zorro"],
+        perplexity=found["perplexity"],
+        sources=list(config.results),
+        markdown="\n".join(lines),
+    )
+    if config.output_dir:
+        out = OutputDir(config.output_dir)
+        for name, figure in figures.items():
+            result.files[name] = str(out.save_figure(name, figure))
+        result.files["markdown"] = str(out.write_markdown("compare.md", result.markdown))
+        result.files["json"] = str(out.file("compare.json"))
+        out.write_json("compare.json", result.to_dict())
+    else:
+        import matplotlib.pyplot as plt
+
+        for figure in figures.values():
+            plt.close(figure)
+    return result

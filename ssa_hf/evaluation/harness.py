@@ -1,0 +1,389 @@
+"""Zero-shot (or few-shot) lm-evaluation-harness runs on a checkpoint folder or a Hub id.
+
+`run_eval(EvalConfig(model=..., tasks=[...]))` runs lm-eval's `simple_evaluate` with the `ssa-hf` model (lm-eval's
+HFLM, ssa-hf classes loaded natively), on lm-eval's stock tasks (Hub data) or, with `data_dir`, on the same task
+definitions reading local files (`lm_tasks`). The results record what a score needs beside it to be read: the
+number of shots, the lm-eval version and task versions, where the data came from, the model's config and a hash of
+its weights, and each task's chance and majority baselines on the documents that were scored.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..reporting import OutputDir
+from ._config import config_from_yaml
+from .checkpoint import check_tokenizer, checkpoint_info, default_name, resolve_model
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TASKS = ["arc_easy", "arc_challenge", "boolq", "hellaswag"]
+
+
+@dataclass
+class EvalConfig:
+    """One lm-eval run. `limit`: documents per task (an int count, or a fraction < 1), None = all; `num_fewshot`:
+    0 = zero-shot (the default; always recorded); `data_dir`: local data in the layout of ../shared/data (None: the
+    stock tasks read the Hub); `model_args`: extra keyword arguments of lm-eval's HFLM (e.g. max_length)."""
+
+    model: str = ""
+    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
+    tokenizer: str | None = None
+    data_dir: str | None = None
+    limit: int | float | None = None
+    num_fewshot: int = 0
+    batch_size: int = 16
+    device: str | None = None
+    threads: int | None = None
+    dtype: str = "auto"
+    attn_implementation: str | None = None
+    trust_remote_code: bool = False
+    seed: int = 1234
+    output_dir: str | None = None
+    name: str | None = None
+    log_samples: bool = False
+    model_args: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> EvalConfig:
+        return config_from_yaml(cls, path, **overrides)
+
+    def validate(self) -> None:
+        if not self.model:
+            raise ValueError("model: give a checkpoint folder or a Hub id")
+        if isinstance(self.tasks, str):
+            self.tasks = [t for t in self.tasks.split(",") if t]
+        if not self.tasks:
+            raise ValueError("tasks: give at least one task, e.g. arc_easy,arc_challenge,boolq,hellaswag")
+        if self.num_fewshot is None or int(self.num_fewshot) < 0:
+            raise ValueError(f"num_fewshot must be >= 0, got {self.num_fewshot}")
+        if self.limit is not None and not self.limit > 0:
+            raise ValueError(f"limit must be > 0 (a count, or a fraction < 1), got {self.limit}")
+        if isinstance(self.limit, float) and self.limit >= 1:
+            if not self.limit.is_integer():
+                raise ValueError(f"limit {self.limit}: a fraction must be < 1, a count a whole number")
+            self.limit = int(self.limit)
+        if int(self.batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.threads is not None and int(self.threads) < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+
+
+@dataclass
+class EvalResults:
+    """What `run_eval` returns (and writes as eval.json): `tasks[name]` holds metrics (value, stderr), baselines,
+    version, shots, document counts and the data source."""
+
+    name: str
+    model: dict[str, Any]
+    settings: dict[str, Any]
+    versions: dict[str, Any]
+    tasks: dict[str, dict[str, Any]]
+    wall_time_s: float
+    kind: str = "lm_eval"
+    files: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def metric(self, task: str, metric: str = "acc") -> float | None:
+        entry = self.tasks.get(task, {}).get("metrics", {}).get(metric)
+        return None if entry is None else entry["value"]
+
+    def table(self) -> str:
+        from .report import lm_eval_table
+
+        return lm_eval_table([self.to_dict()])
+
+
+def _split_metric_key(key: str) -> tuple[str, str] | None:
+    if "," not in key:
+        return None
+    metric, filter_name = key.split(",", 1)
+    return metric, filter_name
+
+
+def parse_metrics(task_results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """lm-eval's {"acc,none": v, "acc_stderr,none": s, ...} -> {"acc": {"value": v, "stderr": s}, ...}; a filter
+    other than "none" stays in the name ("exact_match,strict-match")."""
+    metrics: dict[str, dict[str, Any]] = {}
+    for key, value in task_results.items():
+        parsed = _split_metric_key(key)
+        if parsed is None:
+            continue
+        metric, filter_name = parsed
+        stderr = metric.endswith("_stderr")
+        base = metric[: -len("_stderr")] if stderr else metric
+        name = base if filter_name == "none" else f"{base},{filter_name}"
+        entry = metrics.setdefault(name, {"value": None, "stderr": None})
+        if isinstance(value, str):  # lm-eval writes "N/A" where it has no stderr
+            value = None
+        entry["stderr" if stderr else "value"] = value
+    return metrics
+
+
+def baseline_stats(golds: list[int], choices: list[list[str]]) -> dict[str, Any] | None:
+    """Chance (mean of 1/number of choices) and majority (always answering the most frequent gold position) of a
+    multiple-choice task, from each document's gold index and choices."""
+    if not golds or any(not isinstance(g, int) or isinstance(g, bool) for g in golds):
+        return None
+    n = len(golds)
+    position, hits = Counter(golds).most_common(1)[0]
+    fixed = all(list(c) == list(choices[0]) for c in choices)
+    if fixed and position < len(choices[0]) and choices[0][position] is not None:
+        label = str(choices[0][position]).strip()  # the same choices everywhere (boolq: "yes")
+    else:
+        label = f"choice {chr(ord('A') + position)}" if position < 26 else f"choice {position + 1}"
+    return {
+        "chance": sum(1.0 / len(c) for c in choices) / n,
+        "majority": hits / n,
+        "majority_answer": label,
+        "num_choices": sorted({len(c) for c in choices}),
+        "n": n,
+    }
+
+
+def baselines(samples: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """`baseline_stats` on the documents lm-eval scored (its logged samples: gold `target`, one request per
+    choice in `arguments`); None when they are not single-gold multiple choice."""
+    if not samples or any(not sample.get("arguments") for sample in samples):
+        return None
+    choices = [[arg[1] if isinstance(arg, (list, tuple)) and len(arg) > 1 else None for arg in s["arguments"]] for s in samples]
+    return baseline_stats([s.get("target") for s in samples], choices)
+
+
+def task_baselines(tasks: list[str], data_dir: str | None = None, limit: int | float | None = None,
+                   output_dir: str | None = None) -> dict[str, dict[str, Any] | None]:
+    """Chance and majority baselines of tasks from their documents alone (no model): the first `limit` documents
+    (all by default) of the split lm-eval scores. With output_dir, baselines.json and baselines.md."""
+    from ..reporting import markdown_table
+    from .lm_tasks import task_manager
+
+    with tempfile.TemporaryDirectory(prefix="ssa_hf_tasks_") as scratch:
+        loaded = task_manager(data_dir, list(tasks), scratch).load(list(tasks))["tasks"]
+        result: dict[str, dict[str, Any] | None] = {}
+        for name, task in loaded.items():
+            if task.OUTPUT_TYPE != "multiple_choice":
+                result[name] = None
+                continue
+            docs = list(task.eval_docs)
+            if limit is not None:
+                docs = docs[: int(limit if limit >= 1 else round(limit * len(docs)))]
+            choices = [list(task.doc_to_choice(doc)) for doc in docs]
+            result[name] = baseline_stats([task.doc_to_target(doc) for doc in docs], choices)
+            if result[name] is not None:
+                result[name]["n_total"] = len(list(task.eval_docs))
+    if output_dir:
+        out = OutputDir(output_dir)
+        rows = [[name, b["n"], ", ".join(map(str, b["num_choices"])), b["chance"], b["majority"], b["majority_answer"]]
+                for name, b in result.items() if b]
+        out.write_json("baselines.json", {"kind": "baselines", "data": "local" if data_dir else "hub",
+                                          "data_dir": data_dir, "limit": limit, "tasks": result})
+        out.write_markdown("baselines.md", "# Chance and majority baselines\n\n"
+                           + markdown_table(["task", "documents", "choices", "chance", "majority", "majority answer"], rows, ".4f"))
+    return result
+
+
+def _data_source(task_config: dict[str, Any]) -> dict[str, Any]:
+    source = {"dataset_path": task_config.get("dataset_path"), "dataset_name": task_config.get("dataset_name")}
+    for key in ("test_split", "validation_split"):
+        if task_config.get(key):
+            source["split"] = task_config[key]
+            break
+    fewshot = (task_config.get("fewshot_config") or {}).get("split") or task_config.get("training_split") or (
+        task_config.get("validation_split") or task_config.get("test_split")
+    )
+    source["fewshot_split"] = fewshot  # where few-shot examples come from (the scored document is excluded)
+    kwargs = task_config.get("dataset_kwargs") or {}
+    if "data_files" in kwargs:
+        source["data_files"] = kwargs["data_files"]
+    metadata = task_config.get("metadata") or {}
+    if "local_data_note" in metadata:
+        source["note"] = metadata["local_data_note"]
+    return source
+
+
+def load_lm(config: EvalConfig, model: str):
+    """The `ssa-hf` lm-eval model for `model`, or a ValueError that says why it cannot be loaded."""
+    from .lm_eval_model import SSAHFLM, MaskedLMError
+
+    kwargs = dict(config.model_args)
+    if config.tokenizer:
+        kwargs["tokenizer"] = config.tokenizer
+    if config.attn_implementation:
+        kwargs["attn_implementation"] = config.attn_implementation
+    try:
+        return SSAHFLM(
+            pretrained=model,
+            device=config.device,
+            dtype=config.dtype,
+            batch_size=int(config.batch_size),
+            trust_remote_code=config.trust_remote_code,
+            **kwargs,
+        )
+    except MaskedLMError:
+        raise
+    except (OSError, ValueError, ImportError) as error:
+        raise ValueError(
+            f"cannot load model {model!r}: {error}".rstrip()
+            + " (a checkpoint folder needs config.json, weights and a tokenizer; a Hub id needs network access "
+            "or a cached copy when HF_HUB_OFFLINE=1)"
+        ) from error
+
+
+def run_eval(config: EvalConfig) -> EvalResults:
+    """Run lm-eval on one model and return (and, with output_dir, write) its results."""
+    import lm_eval
+    import torch
+    import transformers
+    from datasets.exceptions import DatasetNotFoundError
+
+    import ssa_hf
+
+    from .lm_tasks import task_manager
+
+    config.validate()
+    if config.threads:
+        torch.set_num_threads(int(config.threads))
+    start = time.time()
+    model, is_local = resolve_model(config.model)
+    check_tokenizer(model, is_local, config.tokenizer)
+    name = config.name or default_name(model)
+    out = OutputDir(config.output_dir) if config.output_dir else None
+    with tempfile.TemporaryDirectory(prefix="ssa_hf_tasks_") as scratch:
+        folder = out.file("lm_eval_tasks") if out is not None else Path(scratch)
+        manager = task_manager(config.data_dir, list(config.tasks), folder)
+        if config.data_dir is not None:
+            log.info("local tasks written to %s (usable as lm_eval --include_path)", folder)
+        lm = load_lm(config, model)
+        log.info("evaluating %s on %s (num_fewshot=%s, limit=%s)", name, ",".join(config.tasks), config.num_fewshot, config.limit)
+        try:
+            raw = lm_eval.simple_evaluate(
+                model=lm,
+                tasks=list(config.tasks),
+                num_fewshot=int(config.num_fewshot),
+                limit=config.limit,
+                task_manager=manager,
+                log_samples=True,
+                random_seed=config.seed,
+                numpy_random_seed=config.seed,
+                torch_random_seed=config.seed,
+                fewshot_random_seed=config.seed,
+            )
+        except (ConnectionError, DatasetNotFoundError) as error:
+            hint = (
+                "; offline? give --data-dir with local copies (the layout of ../shared/data)"
+                if config.data_dir is None
+                else ""
+            )
+            raise ValueError(f"the data of {','.join(config.tasks)} could not be loaded: {error}{hint}") from error
+    if raw is None:  # only non-zero ranks of a distributed run get None
+        raise RuntimeError("lm-eval returned no results (not the main process?)")
+    samples = raw.pop("samples", {})
+    tasks: dict[str, dict[str, Any]] = {}
+    for task, task_results in raw["results"].items():
+        task_config = raw.get("configs", {}).get(task, {})
+        n_samples = raw.get("n-samples", {}).get(task, {})
+        entry = {
+            "metrics": parse_metrics(task_results),
+            "version": raw.get("versions", {}).get(task),
+            "num_fewshot": raw.get("n-shot", {}).get(task, task_config.get("num_fewshot")),
+            "n": n_samples.get("effective"),
+            "n_total": n_samples.get("original"),
+            "output_type": task_config.get("output_type"),
+            "baselines": baselines(samples.get(task, [])) if task_config.get("output_type") == "multiple_choice" else None,
+            "data": _data_source(task_config),
+        }
+        tasks[task] = entry
+    model_info = checkpoint_info(model, is_local, lm.model)
+    results = EvalResults(
+        name=name,
+        model=model_info,
+        settings={
+            "tasks": list(config.tasks),
+            "num_fewshot": int(config.num_fewshot),
+            "limit": config.limit,
+            "batch_size": int(config.batch_size),
+            "device": str(lm.device),
+            "dtype": str(next(lm.model.parameters()).dtype),
+            "attn_implementation": getattr(lm.model.config, "_attn_implementation", None),
+            "data": "local" if config.data_dir else "hub",
+            "data_dir": str(Path(config.data_dir).resolve()) if config.data_dir else None,
+            "seed": config.seed,
+            "lm_eval_model": "ssa-hf",
+        },
+        versions={
+            "lm_eval": lm_eval.__version__,
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+            "ssa_hf": ssa_hf.__version__,
+        },
+        tasks=tasks,
+        wall_time_s=round(time.time() - start, 2),
+    )
+    if out is not None:
+        write_eval_results(out, results, samples if config.log_samples else None)
+    return results
+
+
+def write_eval_results(out: OutputDir, results: EvalResults, samples: dict[str, list] | None = None) -> None:
+    from .report import lm_eval_figure, lm_eval_markdown
+
+    results.files["json"] = str(out.file("eval.json"))
+    results.files["markdown"] = str(out.file("eval.md"))
+    if samples is not None:
+        results.files["samples"] = str(out.file("eval_samples.json"))
+        out.write_json("eval_samples.json", samples)
+    results.files["plot"] = str(out.file("eval.png"))
+    out.write_json("eval.json", results.to_dict())
+    out.write_markdown("eval.md", lm_eval_markdown([results.to_dict()]))
+    out.save_figure("eval.png", lm_eval_figure([results.to_dict()]))
+
+
+def unique_names(models: list[str]) -> list[str]:
+    """Display names for several models: `default_name` (the folder name, or the run of RUN/final), widened with
+    parent folders where two would clash."""
+    names = [default_name(m) for m in models]
+    if len(set(names)) == len(names):
+        return names
+    parts = [Path(str(m).rstrip("/")).parts for m in models]
+    depth = 1
+    while True:
+        names = ["-".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names) or depth >= max(len(p) for p in parts):
+            break
+        depth += 1
+    if len(set(names)) != len(names):
+        names = [f"{n}-{i}" for i, n in enumerate(names)]
+    return names
+
+
+def run_eval_models(config: EvalConfig, models: list[str], names: list[str] | None = None) -> list[EvalResults]:
+    """`run_eval` for each model (each into output_dir/<name> when there are several) and, with output_dir, a
+    side-by-side table (eval.md / eval_comparison.json) of all of them."""
+    if not models:
+        raise ValueError("give at least one model")
+    if names is not None and len(names) != len(models):
+        raise ValueError(f"--names: {len(names)} names for {len(models)} models")
+    names = names or unique_names(models)
+    if len(models) == 1:
+        single = EvalConfig(**{**asdict(config), "model": models[0], "name": config.name or names[0]})
+        return [run_eval(single)]
+    results = []
+    for model, name in zip(models, names):
+        sub_out = str(Path(config.output_dir) / name) if config.output_dir else None
+        results.append(run_eval(EvalConfig(**{**asdict(config), "model": model, "name": name, "output_dir": sub_out})))
+    if config.output_dir:
+        from .report import lm_eval_figure, lm_eval_markdown
+
+        out = OutputDir(config.output_dir)
+        out.write_json("eval_comparison.json", {"kind": "lm_eval_comparison", "runs": [r.to_dict() for r in results]})
+        out.write_markdown("eval.md", lm_eval_markdown([r.to_dict() for r in results]))
+        out.save_figure("eval.png", lm_eval_figure([r.to_dict() for r in results]))
+    return results

@@ -1,0 +1,74 @@
+"""The `ssa-hf` model of lm-evaluation-harness: lm-eval's HFLM with ssa-hf's model classes loaded natively.
+
+`import ssa_hf.evaluation` registers the name lazily (`register_lm_eval_model`); lm-eval 0.4 has no plugin
+discovery, so the stock `lm_eval` executable does not import ssa-hf by itself: use `python -m
+ssa_hf.evaluation.lm_eval_cli --model ssa-hf ...` (the stock CLI with the name registered), or, with the stock
+executable, `--model hf --model_args pretrained=DIR,trust_remote_code=True` (the checkpoint's own remote code).
+
+What it adds to `hf`: the installed ssa-hf code runs (no remote-code copy, no `trust_remote_code`), the device
+defaults to CUDA when there is one and to the CPU otherwise (lm-eval's `hf` defaults to "cuda"), masked LMs are
+refused with a pointer to `ssa-hf probe` (lm-eval has no masked-LM backend), and `get_model_info` adds the scoring
+function and the current SSA parameters to lm-eval's results.
+"""
+
+from __future__ import annotations
+
+import torch
+from lm_eval.api.registry import register_model
+from lm_eval.models.huggingface import HFLM
+
+import ssa_hf  # noqa: F401  (registers the ssa-hf configs and models with transformers' Auto classes)
+
+LM_EVAL_MODEL_NAME = "ssa-hf"
+
+
+class MaskedLMError(ValueError):
+    """A masked LM was given to lm-eval, which scores causal LMs only."""
+
+
+def _masked_lm_error(name: str, config) -> ValueError:
+    return MaskedLMError(
+        f"{name} is a masked language model ({type(config).__name__}); lm-eval scores causal LMs only. "
+        "Probe masked LMs with `ssa-hf probe MODEL --zorro-dir DIR`."
+    )
+
+
+def is_masked_lm_config(config) -> bool:
+    architectures = getattr(config, "architectures", None) or []
+    if any(arch.endswith("ForMaskedLM") for arch in architectures):
+        return True
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    model_type = getattr(config, "model_type", None)
+    if model_type == "ssa_bert":
+        return True
+    return model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+
+@register_model(LM_EVAL_MODEL_NAME)
+class SSAHFLM(HFLM):
+    """lm-eval's HFLM for ssa-hf causal LMs (and any other causal LM transformers can load)."""
+
+    def __init__(self, pretrained, device: str | None = None, backend: str = "causal", **kwargs):
+        if device is None or device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if backend != "causal":
+            raise ValueError(f"model {LM_EVAL_MODEL_NAME!r}: backend must be 'causal' (got {backend!r})")
+        if not isinstance(pretrained, str):
+            if is_masked_lm_config(pretrained.config):
+                raise _masked_lm_error(type(pretrained).__name__, pretrained.config)
+        super().__init__(pretrained=pretrained, device=device, backend=backend, **kwargs)
+
+    def _get_config(self, pretrained, *args, **kwargs):
+        super()._get_config(pretrained, *args, **kwargs)
+        if is_masked_lm_config(self._config):
+            raise _masked_lm_error(str(pretrained), self._config)
+
+    def get_model_info(self) -> dict:
+        info = super().get_model_info()
+        config = self.model.config
+        info["attention_scoring"] = getattr(config, "attention_scoring", "softmax (not an ssa-hf model)")
+        info["attn_implementation"] = getattr(config, "_attn_implementation", None)
+        if hasattr(self.model, "scoring_parameters"):
+            info["scoring_parameters"] = self.model.scoring_parameters()
+        return info

@@ -1,0 +1,435 @@
+"""Zorro grammar probes (Huebner et al. 2021): 23 paradigms of minimal pairs, each line pair (ungrammatical,
+grammatical); a model is right on a pair when it scores the grammatical sentence higher (ties count as wrong).
+
+Scoring methods (`SCORING_METHODS`):
+- `holistic` (masked LMs; BabyBERTa's): the unmasked sentence, with the tokenizer's special tokens, goes through the
+  model once; score = minus the mean cross-entropy of predicting every non-pad token at its own position.
+- `pll` (masked LMs): pseudo-log-likelihood (Salazar et al. 2020): each non-special token masked in turn; score = the
+  sum of log p(token | the rest).
+- `loglik` (causal LMs): sentence log-likelihood, sum over tokens of log p(token | preceding tokens), after a prefix
+  token (BOS, else EOS as lm-eval does) so that the first word is scored too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..reporting import OutputDir
+from ._config import config_from_yaml
+from .checkpoint import check_tokenizer, checkpoint_info, default_name, resolve_model
+
+log = logging.getLogger(__name__)
+
+ZORRO_PARADIGMS = (
+    "agreement_determiner_noun-across_1_adjective",
+    "agreement_determiner_noun-between_neighbors",
+    "agreement_subject_verb-across_prepositional_phrase",
+    "agreement_subject_verb-across_relative_clause",
+    "agreement_subject_verb-in_question_with_aux",
+    "agreement_subject_verb-in_simple_question",
+    "anaphor_agreement-pronoun_gender",
+    "argument_structure-dropped_argument",
+    "argument_structure-swapped_arguments",
+    "argument_structure-transitive",
+    "binding-principle_a",
+    "case-subjective_pronoun",
+    "ellipsis-n_bar",
+    "filler-gap-wh_question_object",
+    "filler-gap-wh_question_subject",
+    "irregular-verb",
+    "island-effects-adjunct_island",
+    "island-effects-coordinate_structure_constraint",
+    "local_attractor-in_question_with_aux",
+    "npi_licensing-matrix_question",
+    "npi_licensing-only_npi_licensor",
+    "quantifiers-existential_there",
+    "quantifiers-superlative",
+)
+
+SCORING_METHODS = {"holistic": "mlm", "pll": "mlm", "loglik": "causal"}
+DEFAULT_METHODS = {"mlm": ["holistic", "pll"], "causal": ["loglik"]}
+
+
+@dataclass
+class ProbeConfig:
+    """One Zorro run. `zorro_dir`: a folder of the 23 paradigm files, or the Zorro root holding `sentences/`
+    (default version) and `sentences_conll2021/` (pick with `version`); `methods`: default holistic+pll for masked
+    LMs, loglik for causal LMs; `limit`: pairs per paradigm (None = all 2,000); `kind`: auto, mlm or causal."""
+
+    model: str = ""
+    zorro_dir: str = ""
+    tokenizer: str | None = None
+    version: str = "sentences"
+    methods: list[str] | None = None
+    paradigms: list[str] | None = None
+    limit: int | None = None
+    batch_size: int = 128
+    device: str | None = None
+    threads: int | None = None
+    dtype: str = "float32"
+    kind: str = "auto"
+    attn_implementation: str | None = None
+    trust_remote_code: bool = False
+    output_dir: str | None = None
+    name: str | None = None
+    save_scores: bool = False
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> ProbeConfig:
+        return config_from_yaml(cls, path, **overrides)
+
+    def validate(self) -> None:
+        if not self.model:
+            raise ValueError("model: give a checkpoint folder or a Hub id")
+        if not self.zorro_dir:
+            raise ValueError("zorro_dir: give the folder of the Zorro paradigm files (e.g. ../shared/data/zorro)")
+        if self.kind not in ("auto", "mlm", "causal"):
+            raise ValueError(f"kind must be auto, mlm or causal, got {self.kind!r}")
+        if isinstance(self.methods, str):
+            self.methods = [m for m in self.methods.split(",") if m]
+        if isinstance(self.paradigms, str):
+            self.paradigms = [p for p in self.paradigms.split(",") if p]
+        for method in self.methods or []:
+            if method not in SCORING_METHODS:
+                raise ValueError(f"unknown scoring method {method!r}; choose from {list(SCORING_METHODS)}")
+        if self.limit is not None and int(self.limit) < 1:
+            raise ValueError(f"limit (pairs per paradigm) must be >= 1, got {self.limit}")
+        if int(self.batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.threads is not None and int(self.threads) < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+
+
+@dataclass
+class ProbeResults:
+    name: str
+    model: dict[str, Any]
+    settings: dict[str, Any]
+    versions: dict[str, Any]
+    paradigms: dict[str, dict[str, dict[str, Any]]]
+    mean: dict[str, float]
+    wall_time_s: float
+    kind: str = "zorro"
+    files: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def accuracy(self, paradigm: str, method: str) -> float:
+        return self.paradigms[paradigm][method]["accuracy"]
+
+
+# --------------------------------------------------------------------------------------------------- data
+
+
+def resolve_zorro_dir(zorro_dir: str | Path, version: str = "sentences") -> Path:
+    """The folder holding the paradigm .txt files."""
+    root = Path(zorro_dir).expanduser()
+    if not root.is_dir():
+        raise FileNotFoundError(f"--zorro-dir {root} is not a folder (expected the Zorro paradigm files)")
+    if any(root.glob("*.txt")):
+        return root.resolve()
+    sub = root / version
+    if sub.is_dir() and any(sub.glob("*.txt")):
+        return sub.resolve()
+    raise FileNotFoundError(
+        f"no Zorro paradigm files (*.txt) in {root} or {sub}; expected e.g. {root}/{version}/quantifiers-superlative.txt"
+    )
+
+
+def load_paradigm(path: str | Path, limit: int | None = None) -> list[tuple[str, str]]:
+    """(ungrammatical, grammatical) pairs: odd lines are ungrammatical, even lines grammatical (1-based)."""
+    path = Path(path)
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    if not lines:
+        raise ValueError(f"{path}: empty paradigm file")
+    if len(lines) % 2:
+        raise ValueError(f"{path}: {len(lines)} lines; Zorro files hold pairs (bad, good), an even number of lines")
+    empty = [i + 1 for i, line in enumerate(lines) if not line]
+    if empty:
+        raise ValueError(f"{path}: empty sentence on line(s) {empty[:5]}")
+    pairs = list(zip(lines[0::2], lines[1::2]))
+    return pairs[: int(limit)] if limit else pairs
+
+
+def load_zorro(folder: Path, paradigms: list[str] | None = None, limit: int | None = None) -> dict[str, list[tuple[str, str]]]:
+    names = list(paradigms) if paradigms else list(ZORRO_PARADIGMS)
+    missing = [name for name in names if not (folder / f"{name}.txt").is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"missing Zorro paradigm file(s) in {folder}: {', '.join(f'{m}.txt' for m in missing)}"
+            + ("" if paradigms else " (all 23 paradigms are scored unless --paradigms names a subset)")
+        )
+    return {name: load_paradigm(folder / f"{name}.txt", limit) for name in names}
+
+
+# ------------------------------------------------------------------------------------------------ scoring
+
+
+def _batches(items: list, size: int):
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids and the attention mask (1 = token, 0 = pad)."""
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], dtype=torch.long)
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], dtype=torch.long)
+    return ids.to(device), mask.to(device)
+
+
+def _masked_lm_logits_at(model, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Logits at one position per row. When the model is a base encoder plus an `lm_head` (RoBERTa, SSABert) or
+    `cls` (BERT) head, the head runs on those positions only (the vocabulary projection of every other position
+    would be thrown away); otherwise the full forward."""
+    head = getattr(model, "lm_head", None) or getattr(model, "cls", None)
+    base = getattr(model, "base_model", None)
+    rows = torch.arange(ids.shape[0], device=ids.device)
+    if head is not None and base is not None and base is not model:
+        hidden = base(input_ids=ids, attention_mask=mask).last_hidden_state
+        return head(hidden[rows, positions][:, None, :])[:, 0].float()
+    return model(input_ids=ids, attention_mask=mask).logits[rows, positions].float()
+
+
+def _pad_id(tokenizer) -> int:
+    for token_id in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0):
+        if token_id is not None:
+            return int(token_id)
+    return 0
+
+
+def _by_length(encoded: list[list[int]]) -> list[int]:
+    """Indices ordered by length (less padding per batch); results are put back in the input order."""
+    return sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="sent", disable=not enabled, leave=False)
+
+
+@torch.no_grad()
+def score_holistic(model, tokenizer, sentences: list[str], batch_size: int = 64, progress: bool = False) -> list[float]:
+    """Minus the mean token cross-entropy of each unmasked sentence (special tokens included, pads excluded)."""
+    device = next(model.parameters()).device
+    encoded = [tokenizer(s, add_special_tokens=True)["input_ids"] for s in sentences]
+    scores = [0.0] * len(sentences)
+    order = _by_length(encoded)
+    with _progress(len(sentences), "holistic", progress) as bar:
+        for chunk in _batches(order, batch_size):
+            ids, mask = _pad([encoded[i] for i in chunk], _pad_id(tokenizer), device)
+            logits = model(input_ids=ids, attention_mask=mask).logits.float()
+            token_nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids, reduction="none")
+            mean_nll = (token_nll * mask).sum(1) / mask.sum(1)
+            for i, value in zip(chunk, mean_nll.tolist()):
+                scores[i] = -value
+            bar.update(len(chunk))
+    return scores
+
+
+@torch.no_grad()
+def score_pll(model, tokenizer, sentences: list[str], batch_size: int = 64, progress: bool = False) -> list[float]:
+    """Pseudo-log-likelihood: sum over non-special tokens of log p(token) with that token replaced by the mask."""
+    if tokenizer.mask_token_id is None:
+        raise ValueError("pll scoring needs a tokenizer with a mask token (a masked-LM tokenizer)")
+    device = next(model.parameters()).device
+    mask_id = int(tokenizer.mask_token_id)
+    rows: list[tuple[int, int, list[int], int]] = []  # (sentence, position, masked input, original token)
+    for index, sentence in enumerate(sentences):
+        enc = tokenizer(sentence, add_special_tokens=True, return_special_tokens_mask=True)
+        ids, special = enc["input_ids"], enc["special_tokens_mask"]
+        positions = [p for p, s in enumerate(special) if not s]
+        if not positions:
+            raise ValueError(f"pll: sentence {sentence!r} has no non-special token")
+        for position in positions:
+            masked = list(ids)
+            masked[position] = mask_id
+            rows.append((index, position, masked, ids[position]))
+    scores = [0.0] * len(sentences)
+    order = sorted(range(len(rows)), key=lambda r: len(rows[r][2]))
+    with _progress(len(rows), "pll (masked tokens)", progress) as bar:
+        for chunk in _batches(order, batch_size):
+            ids, mask = _pad([rows[r][2] for r in chunk], _pad_id(tokenizer), device)
+            positions = torch.tensor([rows[r][1] for r in chunk], device=device)
+            targets = torch.tensor([rows[r][3] for r in chunk], device=device)
+            picked = _masked_lm_logits_at(model, ids, mask, positions).log_softmax(-1)
+            values = picked.gather(1, targets[:, None]).squeeze(1).tolist()
+            for r, value in zip(chunk, values):
+                scores[rows[r][0]] += value
+            bar.update(len(chunk))
+    return scores
+
+
+def causal_prefix(tokenizer) -> tuple[int | None, str]:
+    """The token put before each sentence so that its first word is scored: BOS, else EOS (as lm-eval)."""
+    if tokenizer.bos_token_id is not None:
+        return int(tokenizer.bos_token_id), "bos"
+    if tokenizer.eos_token_id is not None:
+        return int(tokenizer.eos_token_id), "eos"
+    return None, "none (the first token of each sentence is not scored)"
+
+
+@torch.no_grad()
+def score_loglik(model, tokenizer, sentences: list[str], batch_size: int = 64, progress: bool = False) -> list[float]:
+    """Sum of log p(token | preceding tokens) over each sentence's tokens, after the prefix token."""
+    device = next(model.parameters()).device
+    prefix, _ = causal_prefix(tokenizer)
+    encoded = []
+    for sentence in sentences:
+        ids = tokenizer(sentence, add_special_tokens=False)["input_ids"]
+        if prefix is not None:
+            ids = [prefix] + ids
+        if len(ids) < 2:
+            raise ValueError(f"loglik: sentence {sentence!r} has too few tokens to score")
+        encoded.append(ids)
+    scores = [0.0] * len(sentences)
+    order = _by_length(encoded)
+    with _progress(len(sentences), "loglik", progress) as bar:
+        for chunk in _batches(order, batch_size):
+            ids, mask = _pad([encoded[i] for i in chunk], _pad_id(tokenizer), device)
+            logits = model(input_ids=ids, attention_mask=mask).logits.float()
+            logprobs = logits[:, :-1].log_softmax(-1).gather(2, ids[:, 1:, None]).squeeze(2)
+            totals = (logprobs * mask[:, 1:]).sum(1)
+            for i, value in zip(chunk, totals.tolist()):
+                scores[i] = value
+            bar.update(len(chunk))
+    return scores
+
+
+SCORERS = {"holistic": score_holistic, "pll": score_pll, "loglik": score_loglik}
+
+
+def pair_accuracy(bad_scores: list[float], good_scores: list[float]) -> dict[str, Any]:
+    correct = sum(g > b for b, g in zip(bad_scores, good_scores))
+    ties = sum(g == b for b, g in zip(bad_scores, good_scores))
+    n = len(good_scores)
+    return {"accuracy": correct / n, "correct": correct, "ties": ties, "n": n}
+
+
+# ------------------------------------------------------------------------------------------------- model
+
+
+def load_probe_model(config: ProbeConfig, model: str):
+    """(model, tokenizer, kind) with kind "mlm" or "causal"; a ValueError says why a model cannot be loaded."""
+    import ssa_hf  # noqa: F401  (registers the ssa-hf model classes)
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+
+    from .lm_eval_model import is_masked_lm_config
+
+    hint = " (a checkpoint folder needs config.json, weights and a tokenizer; a Hub id needs network access or a cached copy)"
+    try:
+        model_config = AutoConfig.from_pretrained(model, trust_remote_code=config.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(config.tokenizer or model, trust_remote_code=config.trust_remote_code)
+    except (OSError, ValueError, ImportError) as error:
+        raise ValueError(f"cannot load model {model!r}: {error}{hint}") from error
+    kind = config.kind
+    if kind == "auto":
+        kind = "mlm" if is_masked_lm_config(model_config) else "causal"
+    auto_class = AutoModelForMaskedLM if kind == "mlm" else AutoModelForCausalLM
+    kwargs: dict[str, Any] = {"trust_remote_code": config.trust_remote_code, "dtype": getattr(torch, config.dtype)}
+    if config.attn_implementation:
+        kwargs["attn_implementation"] = config.attn_implementation
+    try:
+        loaded = auto_class.from_pretrained(model, **kwargs)
+    except (OSError, EnvironmentError) as error:
+        raise ValueError(f"cannot load model {model!r} as {auto_class.__name__}: {error}{hint}") from error
+    except ValueError as error:
+        raise ValueError(f"cannot load model {model!r} as {auto_class.__name__} (kind={kind}): {error}") from error
+    device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    loaded.to(device).eval()
+    return loaded, tokenizer, kind
+
+
+# --------------------------------------------------------------------------------------------------- run
+
+
+def run_probe(config: ProbeConfig, progress: bool = True) -> ProbeResults:
+    """Score every pair of the chosen paradigms with every method; per-paradigm accuracy and the mean over
+    paradigms; with output_dir, probe.json, probe.md and probe.png."""
+    import transformers
+
+    import ssa_hf
+
+    config.validate()
+    if config.threads:
+        torch.set_num_threads(int(config.threads))
+    start = time.time()
+    model_name, is_local = resolve_model(config.model)
+    check_tokenizer(model_name, is_local, config.tokenizer)
+    folder = resolve_zorro_dir(config.zorro_dir, config.version)
+    data = load_zorro(folder, config.paradigms, config.limit)
+    model, tokenizer, kind = load_probe_model(config, model_name)
+    methods = list(config.methods or DEFAULT_METHODS[kind])
+    wrong = [m for m in methods if SCORING_METHODS[m] != kind]
+    if wrong:
+        raise ValueError(
+            f"scoring method(s) {wrong} need a {'masked' if kind == 'causal' else 'causal'} LM; {model_name} is "
+            f"{'a masked' if kind == 'mlm' else 'a causal'} LM: use {DEFAULT_METHODS[kind]}"
+        )
+    name = config.name or default_name(model_name)
+    paradigms: dict[str, dict[str, dict[str, Any]]] = {}
+    pair_scores: dict[str, dict[str, list]] = {}
+    from tqdm.auto import tqdm
+
+    for paradigm in tqdm(list(data), desc=f"zorro ({name})", unit="paradigm", disable=not progress):
+        pairs = data[paradigm]
+        bad = [b for b, _ in pairs]
+        good = [g for _, g in pairs]
+        paradigms[paradigm] = {}
+        pair_scores[paradigm] = {}
+        for method in methods:
+            scores = SCORERS[method](model, tokenizer, bad + good, int(config.batch_size), progress)
+            bad_scores, good_scores = scores[: len(bad)], scores[len(bad) :]
+            paradigms[paradigm][method] = pair_accuracy(bad_scores, good_scores)
+            pair_scores[paradigm][method] = [[b, g] for b, g in zip(bad_scores, good_scores)]
+    mean = {m: sum(paradigms[p][m]["accuracy"] for p in paradigms) / len(paradigms) for m in methods}
+    settings = {
+        "zorro_dir": str(folder),
+        "zorro_version": folder.name,
+        "paradigms": list(data),
+        "pairs_per_paradigm": {p: len(v) for p, v in data.items()},
+        "limit": config.limit,
+        "methods": methods,
+        "model_kind": kind,
+        "batch_size": int(config.batch_size),
+        "device": str(next(model.parameters()).device),
+        "dtype": config.dtype,
+        "attn_implementation": getattr(model.config, "_attn_implementation", None),
+        "ties": "count as wrong",
+    }
+    if kind == "causal":
+        settings["prefix_token"] = causal_prefix(tokenizer)[1]
+    results = ProbeResults(
+        name=name,
+        model=checkpoint_info(model_name, is_local, model),
+        settings=settings,
+        versions={"transformers": transformers.__version__, "torch": torch.__version__, "ssa_hf": ssa_hf.__version__},
+        paradigms=paradigms,
+        mean=mean,
+        wall_time_s=round(time.time() - start, 2),
+    )
+    if config.output_dir:
+        write_probe_results(OutputDir(config.output_dir), results, pair_scores if config.save_scores else None)
+    return results
+
+
+def write_probe_results(out: OutputDir, results: ProbeResults, pair_scores: dict | None = None) -> None:
+    from .report import zorro_figure, zorro_markdown
+
+    results.files.update(json=str(out.file("probe.json")), markdown=str(out.file("probe.md")), plot=str(out.file("probe.png")))
+    if pair_scores is not None:
+        results.files["scores"] = str(out.file("probe_scores.json"))
+        out.write_json("probe_scores.json", {"order": "[ungrammatical, grammatical] per pair", "scores": pair_scores})
+    out.write_json("probe.json", results.to_dict())
+    out.write_markdown("probe.md", zorro_markdown([results.to_dict()]))
+    out.save_figure("probe.png", zorro_figure([results.to_dict()]))

@@ -1,0 +1,102 @@
+"""`ssa-hf eval` (several models), `ssa-hf probe` and `ssa-hf compare` through the command line, and the
+compare report's reading of results files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ssa_hf.cli import main
+from ssa_hf.evaluation.compare import CompareConfig, extract_perplexities, load_results, run_compare
+from ssa_hf.evaluation.zorro import ZORRO_PARADIGMS
+
+PARADIGMS = list(ZORRO_PARADIGMS[:3])
+
+
+@pytest.fixture(scope="module")
+def outputs(ssa_causal_dir, softmax_causal_dir, data_dir, zorro_root, tmp_path_factory):
+    """An SSA model and its softmax twin through eval and probe (command line), plus perplexity files."""
+    root = tmp_path_factory.mktemp("cli")
+    rc = main(["eval", str(ssa_causal_dir), str(softmax_causal_dir), "--data-dir", str(data_dir), "--tasks",
+               "boolq,arc_easy", "--batch-size", "4", "--device", "cpu", "--output-dir", str(root / "eval")])
+    assert rc == 0
+    for folder in (ssa_causal_dir, softmax_causal_dir):
+        rc = main(["probe", str(folder), "--zorro-dir", str(zorro_root), "--paradigms", ",".join(PARADIGMS),
+                   "--device", "cpu", "--no-progress", "--output-dir", str(root / f"probe-{folder.name}")])
+        assert rc == 0
+    for name, ppl in (("tiny-ssa", 120.5), ("tiny-softmax", 131.25)):
+        # the layout `ssa-hf perplexity` writes: one record per data set
+        records = [{"model": f"/runs/{name}", "data": data, "windows": 10, "mean_nll": 4.8, "perplexity": value}
+                   for data, value in (("wikitext", ppl), ("webtext_c4", ppl + 10))]
+        (root / f"ppl-{name}").mkdir()
+        (root / f"ppl-{name}" / "perplexity.json").write_text(json.dumps(records))
+    return root
+
+
+def test_eval_of_two_models_writes_a_side_by_side_table(outputs):
+    text = (outputs / "eval" / "eval.md").read_text()
+    assert "| task | metric | tiny-ssa | tiny-softmax | chance | majority | n | shots |" in text
+    runs = json.loads((outputs / "eval" / "eval_comparison.json").read_text())["runs"]
+    assert [r["model"]["attention_scoring"] for r in runs] == ["ssa", "softmax"]
+    for name in ("tiny-ssa", "tiny-softmax"):
+        assert (outputs / "eval" / name / "eval.json").is_file()
+    assert (outputs / "eval" / "eval.png").is_file()
+
+
+def test_compare_builds_one_report_from_all_results(outputs, tmp_path, capsys):
+    results = [str(outputs / "eval"), str(outputs / "probe-tiny-ssa"), str(outputs / "probe-tiny-softmax"),
+               str(outputs / "ppl-tiny-ssa"), str(outputs / "ppl-tiny-softmax" / "perplexity.json")]
+    assert main(["compare", *results, "--output-dir", str(tmp_path)]) == 0
+    text = (tmp_path / "compare.md").read_text()
+    assert "| evaluation set | tiny-ssa | tiny-softmax |" in text
+    assert "| wikitext | 120.50 | 131.25 |" in text and "| webtext_c4 | 130.50 | 141.25 |" in text
+    assert "| task | metric | tiny-ssa | tiny-softmax | chance | majority | n | shots |" in text
+    assert "| paradigm | tiny-ssa loglik | tiny-softmax loglik |" in text
+    evals = {r["name"]: r for r in json.loads((tmp_path / "compare.json").read_text())["lm_eval"]}
+    boolq = evals["tiny-ssa"]["tasks"]["boolq"]["metrics"]["acc"]["value"]
+    assert f"{boolq:.4f}" in text
+    for figure in ("compare_lm_eval.png", "compare_zorro.png", "compare_perplexity.png"):
+        assert (tmp_path / figure).stat().st_size > 1000, figure
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_compare_names_and_clashes(outputs):
+    probe = str(outputs / "probe-tiny-ssa")
+    with pytest.raises(ValueError, match="both named"):
+        load_results([probe, probe])
+    renamed = load_results([probe, probe], names=["a", "b"])
+    assert [r["name"] for r in renamed["zorro"]] == ["a", "b"]
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        run_compare(CompareConfig(results=[str(outputs / "nothing.json")]))
+
+
+def test_compare_rejects_files_without_results(tmp_path):
+    (tmp_path / "other.json").write_text(json.dumps({"loss": 2.0}))
+    with pytest.raises(ValueError, match="no evaluation, probe or perplexity results"):
+        load_results([str(tmp_path / "other.json")])
+
+
+def test_perplexity_fields_are_found_in_any_layout():
+    assert extract_perplexities({"perplexity": 3.0}) == {"perplexity": 3.0}
+    assert extract_perplexities({"results": {"wiki": {"perplexity": 2.5}}, "config": {"perplexity": 1}}) == {"results/wiki": 2.5}
+    assert extract_perplexities({"wikitext_ppl": 2.0, "settings": {"ppl": 9}}) == {"wikitext_ppl": 2.0}
+    nested = {"datasets": [{"name": "wiki", "perplexity": 4.0, "perplexity_stderr": 0.1}, {"name": "c4", "ppl": 5.0}]}
+    assert extract_perplexities(nested) == {"datasets/wiki": 4.0, "datasets/c4": 5.0}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["eval", "{model}", "--data-dir", "{data}", "--tasks", "winogrande"], "unknown task(s) ['winogrande']"),
+        (["eval", "{model}", "--data-dir", "{tmp}", "--tasks", "boolq"], "missing data file"),
+        (["eval", "{tmp}/missing-model", "--data-dir", "{data}", "--tasks", "boolq"], "does not exist"),
+        (["eval", "{model}", "--data-dir", "{data}", "--tasks", "boolq", "--num-fewshot", "-1"], "num_fewshot"),
+        (["probe", "{model}", "--zorro-dir", "{tmp}/no-zorro"], "is not a folder"),
+        (["compare", "{tmp}/none.json"], "does not exist"),
+    ],
+)
+def test_command_line_errors_name_what_to_fix(argv, message, ssa_causal_dir, data_dir, tmp_path, capsys):
+    argv = [a.format(model=ssa_causal_dir, data=data_dir, tmp=tmp_path) for a in argv]
+    assert main([*argv, "--output-dir", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
