@@ -133,11 +133,12 @@ def _blockwise_refuses(spec, needs_grad, device, dropout):
     return None
 
 
-def _blockwise_run(query, key, value, spec, params, mask, scale, dropout, training, need_weights=False):
+def _blockwise_run(query, key, value, spec, params, mask, scale, dropout, training, need_weights=False, is_causal=False):
     from .blockwise import blockwise_attention
 
     out = blockwise_attention(
-        query, key, value, b=params.get("b"), n=params.get("n"), attn_mask=mask, is_causal=False, scale=scale, scoring=spec.name
+        query, key, value, b=params.get("b"), n=params.get("n"), attn_mask=mask, is_causal=is_causal, scale=scale,
+        scoring=spec.name,
     )
     return out, None
 
@@ -267,6 +268,7 @@ def scored_attention(
         mask = attn_mask
         while mask.dim() < 4:
             mask = mask.unsqueeze(0)
+    user_mask = mask
     if _is_linear(spec):
         # causal structure + key padding, never materialised as [Lq, Lk] (refuses other mask patterns)
         mask = linear_mask(mask, q_len, kv_len, is_causal)
@@ -289,9 +291,13 @@ def scored_attention(
         if refusal:
             raise NotImplementedError(f"Backend {backend!r} cannot run scoring {spec.name!r} here: {refusal}.")
     _log_once(spec.name, backend, query.device, reason)
-    out, weights = BACKENDS[backend].run(
-        query, key, value, spec, params, mask, scale, dropout_p, dropout_p > 0, need_weights=return_weights
-    )
+    if backend == "blockwise" and is_causal:
+        # the kernel skips hidden tiles from `is_causal` alone; no [Lq, Lk] mask is built or read
+        out, weights = _blockwise_run(query, key, value, spec, params, user_mask, scale, dropout_p, False, is_causal=True)
+    else:
+        out, weights = BACKENDS[backend].run(
+            query, key, value, spec, params, mask, scale, dropout_p, dropout_p > 0, need_weights=return_weights
+        )
     return (out, weights) if return_weights else out
 
 
