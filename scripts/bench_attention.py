@@ -1,25 +1,35 @@
+#!/usr/bin/env python
 """Benchmark every attention backend against PyTorch's SDPA softmax, measured in the same run.
 
-For each sequence length, mode (forward, forward+backward) and variant (SDPA softmax = the baseline; every ssa-hf
-backend that can run softmax, SSA, linear and CosFormer), one child process measures:
-- time: the median of `--repeats` calls after a warm-up call (compilation happens there);
-- peak extra memory: the process's peak resident memory during one call above its resident memory just before
-  (Linux: VmHWM reset through /proc/self/clear_refs, freed heap returned with malloc_trim first).
-A fresh process per cell keeps allocator state and compiled caches of one variant from biasing another. Timing
-pins glibc's malloc thresholds (REFERENCE §5): without them tile buffers are mapped and zeroed afresh or not
-depending on the process's history.
+Cells: for each sequence length L and mode, SDPA softmax (the baseline) and every backend of ssa-hf's registry
+(`ssa_hf.BACKENDS`) for each scoring function (default softmax, ssa, linear, cosformer; a backend that cannot run
+a cell says why in the table), plus `blockwise-direct` (the blockwise kernel called with is_causal=True, no mask).
+Modes: `fwd` (no grad), `fwd+bwd` (causal, gradients for q, k, v and for SSA's b, n) and `decode` (one query
+token against a KV cache of L keys, no grad, no mask).
 
-    python scripts/bench_attention.py                       # L in 256, 1024, 2048, 4096
-    python scripts/bench_attention.py --quick               # L in 256, 1024, fewer repeats
-    python scripts/bench_attention.py --lengths 2048 --output bench_attention.json
+Each cell runs in a fresh child process (allocator state and compiled caches of one variant cannot bias
+another) that measures:
+- time: the median wall time of `--repeats` calls after warm-up calls (compilation happens there);
+- peak extra memory (fwd, fwd+bwd): resident memory at the peak of one call minus resident memory just before
+  it (gc and glibc malloc_trim first; the peak is the kernel's VmHWM, reset through /proc/self/clear_refs). It
+  counts everything the call touches: outputs, saved tensors, gradients, workspaces, allocator slack.
+Ratios are against SDPA softmax of the same length and mode, measured in the same run.
 
-Prints a markdown table (time and memory, and their ratios to SDPA) and writes JSON.
+    python scripts/bench_attention.py --quick           # L in 256, 1024, 2048; 3 repeats (~10 minutes on 2 cores)
+    python scripts/bench_attention.py                   # L in 256, 1024, 2048, 4096
+    python scripts/bench_attention.py --lengths 2048 --variants "sdpa softmax" "blockwise ssa" --output b.json
+
+Timing pins glibc's malloc thresholds (REFERENCE section 5): without them tile buffers are mapped and zeroed
+afresh or not depending on the process's history. The script re-executes itself with them when they are unset
+and passes them to every child. Other processes on the machine distort the figures: the CPU load seen before
+and after is recorded.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import json
 import os
 import platform
@@ -30,19 +40,27 @@ import time
 from pathlib import Path
 
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "1073741824"}
+REPO = Path(__file__).resolve().parents[1]
+MODES = ("fwd", "fwd+bwd", "decode")
+DEFAULT_SCORINGS = ("softmax", "ssa", "linear", "cosformer")
 
-# (name, scoring, backend); backend None = PyTorch SDPA softmax
-VARIANTS = [
-    ("sdpa softmax", "softmax", None),
-    ("eager softmax", "softmax", "eager"),
-    ("eager ssa", "ssa", "eager"),
-    ("blockwise softmax", "softmax", "blockwise"),
-    ("blockwise ssa", "ssa", "blockwise"),
-    ("flex softmax", "softmax", "flex"),
-    ("flex ssa", "ssa", "flex"),
-    ("linear", "linear", "eager"),
-    ("cosformer", "cosformer", "eager"),
-]
+
+def _pin_malloc_env() -> None:
+    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()):
+        return
+    os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **MALLOC_ENV})
+
+
+def _split(values) -> list[str]:
+    out = []
+    for value in values:
+        out.extend(x for x in str(value).split(",") if x)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Child: one cell
+# --------------------------------------------------------------------------------------------------
 
 
 def _rss_kb(field: str) -> int:
@@ -52,124 +70,247 @@ def _rss_kb(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def child(args) -> dict:
+def _refusal(variant: str, scoring: str, mode: str) -> str | None:
+    import torch
+
+    import ssa_hf
+
+    if variant in ("sdpa", "blockwise-direct"):
+        if variant == "blockwise-direct" and scoring not in ("softmax", "ssa"):
+            return "the blockwise kernel runs softmax and ssa only"
+        return None
+    if variant not in ssa_hf.BACKENDS:
+        return f"unknown backend {variant!r}"
+    return ssa_hf.BACKENDS[variant].refuses(ssa_hf.get_scoring_function(scoring), mode == "fwd+bwd",
+                                            torch.device("cpu"), 0.0)
+
+
+def child(cell: dict) -> dict:
     import torch
     import torch.nn.functional as F
 
     import ssa_hf
+    from ssa_hf.models.blockwise import blockwise_attention
 
-    torch.set_num_threads(args.threads)
-    name, scoring, backend = next(v for v in VARIANTS if v[0] == args.variant)
-    train = args.mode == "fwd+bwd"
-    if backend == "flex" and train and not torch.cuda.is_available():
-        return {"skipped": "FlexAttention has no backward on CPU"}
+    torch.set_num_threads(cell["threads"])
+    variant, scoring, mode, length = cell["variant"], cell["scoring"], cell["mode"], cell["length"]
+    refusal = _refusal(variant, scoring, mode)
+    if refusal:
+        return {"skipped": refusal}
+    train = mode == "fwd+bwd"
+    B, H, Hkv, D = cell["batch"], cell["heads"], cell["kv_heads"], cell["head_dim"]
+    dtype = getattr(torch, cell["dtype"])
+    q_len = 1 if mode == "decode" else length
+    causal = mode != "decode"
+    gqa = Hkv != H
     g = torch.Generator().manual_seed(0)
-    shape = (args.batch, args.heads, args.length, args.head_dim)
-    q, k, v = (torch.randn(shape, generator=g).requires_grad_(train) for _ in range(3))
-    params = {"b": torch.ones(args.heads, requires_grad=train), "n": torch.full((args.heads,), 1.5, requires_grad=train)}
+    q = torch.randn(B, H, q_len, D, generator=g).to(dtype).requires_grad_(train)
+    k = torch.randn(B, Hkv, length, D, generator=g).to(dtype).requires_grad_(train)
+    v = torch.randn(B, Hkv, length, D, generator=g).to(dtype).requires_grad_(train)
+    grad_out = torch.randn(B, H, q_len, D, generator=g).to(dtype)
+    params = {}
+    if scoring == "ssa":
+        params = {"b": torch.full((H,), 0.8, requires_grad=train), "n": torch.full((H,), 1.5, requires_grad=train)}
+    leaves = [q, k, v, *params.values()]
+
+    if variant == "sdpa":
+        def attend():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+    elif variant == "blockwise-direct":
+        def attend():
+            return blockwise_attention(q, k, v, params.get("b"), params.get("n"), is_causal=causal, scoring=scoring)
+    else:
+        def attend():
+            return ssa_hf.scored_attention(q, k, v, scoring, params or None, is_causal=causal, enable_gqa=gqa,
+                                           backend=variant)
 
     def call():
-        if backend is None:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            p = params if scoring == "ssa" else None
-            out = ssa_hf.scored_attention(q, k, v, scoring, p, is_causal=True, backend=backend)
-        if train:
-            out.backward(torch.ones_like(out))
-            for t in (q, k, v, *params.values()):
-                t.grad = None
+        if not train:
+            with torch.no_grad():
+                return attend()
+        for t in leaves:
+            t.grad = None
+        out = attend()
+        out.backward(grad_out)
         return out
 
-    context = torch.no_grad() if not train else torch.enable_grad()
-    with context:
-        call()  # warm-up: compilation, caches
-        libc = ctypes.CDLL("libc.so.6")
-        import gc
-
+    start = time.perf_counter()
+    for _ in range(cell["warmup"]):
+        call()
+    result = {"warmup_s": time.perf_counter() - start}
+    if mode != "decode":
+        for t in leaves:
+            t.grad = None
         gc.collect()
-        libc.malloc_trim(0)
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except OSError:
+            pass
         before = _rss_kb("VmRSS")
         Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current RSS
-        call()
+        out = call()
         peak = _rss_kb("VmHWM")
-        times = []
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - start)
-    return {"time_s": statistics.median(times), "times_s": times, "extra_mb": max(peak - before, 0) / 1024}
+        del out
+        result["extra_mb"] = max(peak - before, 0) / 1024
+    times = []
+    deadline = time.perf_counter() + cell["budget_s"]
+    for i in range(cell["repeats"]):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+        if i >= 2 and time.perf_counter() > deadline:
+            break
+    result.update(time_s=statistics.median(times), min_s=min(times), repeats=len(times))
+    return result
 
 
-def run_cell(args, variant: str, length: int, mode: str) -> dict:
-    command = [sys.executable, __file__, "--child", "--variant", variant, "--length", str(length), "--mode", mode,
-               "--batch", str(args.batch), "--heads", str(args.heads), "--head-dim", str(args.head_dim),
-               "--repeats", str(args.repeats), "--threads", str(args.threads)]
-    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **MALLOC_ENV}, timeout=1800)
+# --------------------------------------------------------------------------------------------------
+# Parent
+# --------------------------------------------------------------------------------------------------
+
+
+def _busy_fraction(seconds: float = 1.0) -> float | None:
+    """Fraction of CPU time the whole machine spent busy over `seconds` (0 = idle)."""
+    def read():
+        values = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        return sum(values), values[3] + values[4]
+
+    try:
+        t0, i0 = read()
+        time.sleep(seconds)
+        t1, i1 = read()
+    except (OSError, IndexError, ValueError):
+        return None
+    return round(1.0 - (i1 - i0) / max(1, t1 - t0), 3)
+
+
+def run_cell(cell: dict, timeout_s: float) -> dict:
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(cell)]
+    env = {**os.environ, **MALLOC_ENV, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout_s:.0f} s"}
     if result.returncode != 0:
-        return {"error": result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"exit {result.returncode}"}
+        lines = result.stderr.strip().splitlines()
+        return {"error": lines[-1][:300] if lines else f"exit {result.returncode}"}
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _variants(args) -> list[tuple[str, str, str]]:
+    """(label, backend or sdpa/blockwise-direct, scoring)."""
+    import ssa_hf
+
+    out = [("sdpa softmax", "sdpa", "softmax")]
+    for backend in list(ssa_hf.BACKENDS) + ["blockwise-direct"]:
+        for scoring in args.scorings:
+            out.append((f"{backend} {scoring}", backend, scoring))
+    if args.variants:
+        wanted = set(args.variants) | {"sdpa softmax"}
+        unknown = wanted - {v[0] for v in out}
+        if unknown:
+            raise SystemExit(f"unknown variants {sorted(unknown)}; choose from {[v[0] for v in out]}")
+        out = [v for v in out if v[0] in wanted]
+    return out
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| L | mode | variant | time (ms) | x SDPA | peak extra MB | x SDPA | note |",
+             "|---:|---|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        note = r.get("skipped") or r.get("error") or ""
+        lines.append(f"| {r['length']} | {r['mode']} | {r['variant']} | {_fmt(r.get('time_s') and 1e3 * r['time_s'], '.2f')} "
+                     f"| {_fmt(r.get('time_ratio'), '.2f')} | {_fmt(r.get('extra_mb'), '.1f')} "
+                     f"| {_fmt(r.get('memory_ratio'), '.2f')} | {note[:100]} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lengths", default="256,1024,2048,4096")
-    parser.add_argument("--modes", default="fwd,fwd+bwd")
-    parser.add_argument("--variants", default=",".join(v[0] for v in VARIANTS), help="comma-separated names")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", nargs="+", default=["256", "1024", "2048", "4096"], help="e.g. 256 1024 or 256,1024")
+    parser.add_argument("--modes", nargs="+", default=list(MODES), help=f"subset of {MODES}")
+    parser.add_argument("--scorings", nargs="+", default=list(DEFAULT_SCORINGS))
+    parser.add_argument("--variants", nargs="+", default=None, help='labels, e.g. "blockwise ssa" (default: all)')
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--kv-heads", type=int, default=None, help="key/value heads (GQA); default --heads")
     parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (compilation)")
+    parser.add_argument("--decode-repeats", type=int, default=200)
+    parser.add_argument("--eager-max-length", type=int, default=2048,
+                        help="eager backend above this length is skipped in fwd/fwd+bwd ([L, L] weights per head)")
+    parser.add_argument("--budget-s", type=float, default=60.0, help="stop repeating a cell after this long (>= 3 calls)")
+    parser.add_argument("--timeout-s", type=float, default=1800.0, help="per cell")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--quick", action="store_true", help="L in 256, 1024 and 3 repeats")
+    parser.add_argument("--quick", action="store_true", help="L in 256, 1024, 2048; 3 repeats; eager up to 1024")
     parser.add_argument("--output", default="bench_attention.json")
-    # internal: one measurement in this process
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--variant", help=argparse.SUPPRESS)
-    parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--mode", help=argparse.SUPPRESS)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args)))
+        print(json.dumps(child(json.loads(args.child))))
         return 0
+    _pin_malloc_env()
+    sys.path.insert(0, str(REPO))
+    lengths = [int(x) for x in _split(args.lengths)]
+    modes = _split(args.modes)
     if args.quick:
-        args.lengths, args.repeats = "256,1024", 3
-    lengths = [int(x) for x in args.lengths.split(",")]
-    modes = args.modes.split(",")
-    variants = [v for v in args.variants.split(",") if v]
-    unknown = set(variants) - {v[0] for v in VARIANTS}
-    if unknown:
-        parser.error(f"unknown variants {sorted(unknown)}; choose from {[v[0] for v in VARIANTS]}")
+        if args.lengths == parser.get_default("lengths"):
+            lengths = [256, 1024, 2048]
+        args.repeats, args.decode_repeats = min(args.repeats, 3), min(args.decode_repeats, 100)
+        args.eager_max_length = min(args.eager_max_length, 1024)
+        args.budget_s = min(args.budget_s, 20.0)
+    bad = set(modes) - set(MODES)
+    if bad:
+        parser.error(f"unknown modes {sorted(bad)}; choose from {MODES}")
+    variants = _variants(args)
+    busy_before = _busy_fraction()
+    base_cell = {"batch": args.batch, "heads": args.heads, "kv_heads": args.kv_heads or args.heads,
+                 "head_dim": args.head_dim, "dtype": args.dtype, "threads": args.threads, "warmup": args.warmup,
+                 "budget_s": args.budget_s}
     rows = []
+    started = time.perf_counter()
     for length in lengths:
         for mode in modes:
             cells = {}
-            for variant in ["sdpa softmax"] + [v for v in variants if v != "sdpa softmax"]:
-                cells[variant] = run_cell(args, variant, length, mode)
-                print(f"L={length} {mode:8s} {variant:18s} {cells[variant]}", file=sys.stderr, flush=True)
+            for label, backend, scoring in variants:
+                cell = {**base_cell, "length": length, "mode": mode, "variant": backend, "scoring": scoring,
+                        "repeats": args.decode_repeats if mode == "decode" else args.repeats}
+                if backend == "eager" and mode != "decode" and length > args.eager_max_length:
+                    cells[label] = {"skipped": f"eager materialises [L, L] weights; L > --eager-max-length {args.eager_max_length}"}
+                else:
+                    cells[label] = run_cell(cell, args.timeout_s)
+                c = cells[label]
+                print(f"L={length:<5} {mode:8s} {label:26s} "
+                      + (f"{1e3 * c['time_s']:9.2f} ms  {c.get('extra_mb', float('nan')):8.1f} MB" if "time_s" in c
+                         else str(c.get("skipped") or c.get("error"))[:100]), file=sys.stderr, flush=True)
             base = cells["sdpa softmax"]
-            for variant, cell in cells.items():
-                row = {"length": length, "mode": mode, "variant": variant, **cell}
+            for label, cell in cells.items():
+                row = {"length": length, "mode": mode, "variant": label, **cell}
                 if "time_s" in cell and "time_s" in base:
                     row["time_ratio"] = cell["time_s"] / base["time_s"]
-                    row["memory_ratio"] = cell["extra_mb"] / base["extra_mb"] if base["extra_mb"] > 0 else None
+                if cell.get("extra_mb") is not None and base.get("extra_mb"):
+                    row["memory_ratio"] = cell["extra_mb"] / base["extra_mb"]
                 rows.append(row)
     import torch
 
     machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "threads": args.threads,
                "torch": torch.__version__, "python": platform.python_version(),
-               "shape": f"B={args.batch} H={args.heads} D={args.head_dim} float32 causal", "repeats": args.repeats}
-    Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")
-    print(f"\n{machine['shape']}; {machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; "
-          f"median of {args.repeats}; ratios against SDPA softmax in the same run\n")
-    print("| L | mode | variant | time (s) | x SDPA | peak extra MB | x SDPA |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        if "time_s" in r:
-            mem_ratio = f"{r['memory_ratio']:.2f}" if r.get("memory_ratio") is not None else "-"
-            print(f"| {r['length']} | {r['mode']} | {r['variant']} | {r['time_s']:.4f} | {r.get('time_ratio', 1):.2f} | "
-                  f"{r['extra_mb']:.1f} | {mem_ratio} |")
-        else:
-            print(f"| {r['length']} | {r['mode']} | {r['variant']} | - | - | - | {r.get('skipped') or r.get('error')} |")
+               "shape": f"B={args.batch} H={args.heads} Hkv={args.kv_heads or args.heads} D={args.head_dim} "
+                        f"{args.dtype}, causal (decode: 1 query, no mask)",
+               "repeats": args.repeats, "decode_repeats": args.decode_repeats, "malloc_env": MALLOC_ENV,
+               "busy_before": busy_before, "busy_after": _busy_fraction(), "wall_s": round(time.perf_counter() - started, 1)}
+    text = table(rows)
+    Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows, "table": text}, indent=2) + "\n")
+    print(f"\n{machine['shape']}; {machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; median of "
+          f"{args.repeats} (decode {args.decode_repeats}); ratios against SDPA softmax in the same run; machine busy "
+          f"before/after: {busy_before}/{machine['busy_after']} (0 = idle)\n")
+    print(text)
     print(f"\nwrote {args.output}")
     return 0
 

@@ -1,20 +1,25 @@
+#!/usr/bin/env python
 """Training and decoding throughput of SSALlama with SSA against the same model with softmax, in one run.
 
-Variants: `ssa` and `softmax` through the same ssa-hf attention (`ssa_auto`: on CPU the blockwise kernel for
-training at L > 256, eager for short problems and decoding steps), and `softmax` through PyTorch's SDPA
-(transformers' `sdpa`, the fastest softmax available). Same weights, same data.
+Variants (same weights, same data):
+- `ssa` and `softmax` through the same ssa-hf attention (`ssa_auto`: on CPU the blockwise kernel for training
+  when L*L > 256*256, eager for short problems and for decoding steps);
+- `softmax sdpa`: PyTorch's fused softmax attention (transformers' `sdpa`), the fastest softmax available.
+Presets: `tiny_llama` and `decoder_114m` (12 layers, hidden 768, 24 heads / 8 key-value heads, 50k vocabulary).
 
-    python scripts/bench_model.py --quick                  # tiny preset at L=256 and 1024, 114M at L=256
-    python scripts/bench_model.py --presets decoder_114m --lengths 1024 --batch 1
+    python scripts/bench_model.py --quick        # tiny at L=256, 1024; 114M at L=256, 1024 (~10 minutes, 2 cores)
+    python scripts/bench_model.py --presets decoder_114m --lengths 1024 --batch 1 --steps 3
 
-Training: tokens/s of forward+backward+AdamW steps (median over steps after one warm-up step). Decoding: new
-tokens/s of greedy `generate` with the KV cache. Prints a markdown table with ratios to softmax (ssa_auto) and
-to SDPA, and writes JSON.
+Training: tokens/s of forward+backward+AdamW steps (median over steps after warm-up steps, which compile).
+Decoding: new tokens/s of greedy `generate` with the KV cache (one-token steps), after a warm-up generate.
+Prints a markdown table with ratios to softmax (same attention) and to SDPA, and writes JSON.
+Timing pins glibc's malloc thresholds (REFERENCE section 5) by re-executing itself when they are unset.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -23,20 +28,40 @@ import sys
 import time
 from pathlib import Path
 
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "1073741824"}
+REPO = Path(__file__).resolve().parents[1]
 VARIANTS = [("ssa", "ssa", "ssa_auto"), ("softmax", "softmax", "ssa_auto"), ("softmax sdpa", "softmax", "sdpa")]
+QUICK_PLAN = [("tiny_llama", 256), ("tiny_llama", 1024), ("decoder_114m", 256), ("decoder_114m", 1024)]
 
 
-def build(preset: str, scoring: str, implementation: str):
+def _pin_malloc_env() -> None:
+    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()):
+        return
+    os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **MALLOC_ENV})
+
+
+def _split(values) -> list[str]:
+    out = []
+    for value in values:
+        out.extend(x for x in str(value).split(",") if x)
+    return out
+
+
+def build(preset: str, scoring: str, implementation: str, max_length: int):
     import torch
 
     from ssa_hf.presets import build_model, load_model_config
 
     torch.manual_seed(0)
-    config = load_model_config(preset, attention_scoring=scoring)
+    overrides = {"attention_scoring": scoring}
+    config = load_model_config(preset)
+    if getattr(config, "max_position_embeddings", 0) < max_length:
+        overrides["max_position_embeddings"] = max_length
+    config = load_model_config(preset, **overrides)
     return build_model(config, "causal_lm", attn_implementation=implementation)
 
 
-def train_tokens_per_s(model, batch: int, length: int, steps: int) -> float:
+def train_tokens_per_s(model, batch: int, length: int, steps: int, warmup: int) -> tuple[float, float]:
     import torch
 
     model.train()
@@ -44,80 +69,112 @@ def train_tokens_per_s(model, batch: int, length: int, steps: int) -> float:
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(3, model.config.vocab_size, (batch, length), generator=g)
     times = []
-    for step in range(steps + 1):
+    for step in range(warmup + steps):
         start = time.perf_counter()
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        if step:  # the first step compiles and warms caches
+        if step >= warmup:  # warm-up steps compile and warm caches
             times.append(time.perf_counter() - start)
-    return batch * length / statistics.median(times)
+    return batch * length / statistics.median(times), statistics.median(times)
 
 
-def decode_tokens_per_s(model, prompt: int, new_tokens: int) -> float:
+def decode_tokens_per_s(model, prompt: int, new_tokens: int, repeats: int) -> float:
     import torch
 
     model.eval()
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(3, model.config.vocab_size, (1, prompt), generator=g)
     kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    rates = []
     with torch.no_grad():
         model.generate(ids, **{**kwargs, "max_new_tokens": 4, "min_new_tokens": 4})  # warm-up
-        start = time.perf_counter()
-        model.generate(ids, **kwargs)
-    return new_tokens / (time.perf_counter() - start)
+        for _ in range(repeats):
+            start = time.perf_counter()
+            model.generate(ids, **kwargs)
+            rates.append(new_tokens / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def _busy_fraction(seconds: float = 1.0):
+    def read():
+        values = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        return sum(values), values[3] + values[4]
+
+    try:
+        t0, i0 = read()
+        time.sleep(seconds)
+        t1, i1 = read()
+    except (OSError, IndexError, ValueError):
+        return None
+    return round(1.0 - (i1 - i0) / max(1, t1 - t0), 3)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--presets", default="tiny_llama,decoder_114m")
-    parser.add_argument("--lengths", default="256,1024")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--presets", nargs="+", default=["tiny_llama", "decoder_114m"])
+    parser.add_argument("--lengths", nargs="+", default=["256", "1024"])
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=3, help="timed training steps (median)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed training steps first")
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--decode-repeats", type=int, default=2)
+    parser.add_argument("--no-decode", dest="decode", action="store_false")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--quick", action="store_true", help="tiny at 256 and 1024, decoder_114m at 256")
+    parser.add_argument("--quick", action="store_true", help="tiny and decoder_114m at L=256 and 1024, 2 timed steps")
     parser.add_argument("--output", default="bench_model.json")
     args = parser.parse_args(argv)
-    os.environ.update({"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "1073741824"})
+    _pin_malloc_env()
+    sys.path.insert(0, str(REPO))
     import torch
 
+    import ssa_hf  # noqa: F401  (registers the attention implementations)
+
     torch.set_num_threads(args.threads)
-    presets = args.presets.split(",")
-    lengths = [int(x) for x in args.lengths.split(",")]
-    plan = [(p, L) for p in presets for L in lengths]
+    plan = [(p, int(L)) for p in _split(args.presets) for L in _split(args.lengths)]
     if args.quick:
-        plan = [("tiny_llama", 256), ("tiny_llama", 1024), ("decoder_114m", 256)]
+        plan = QUICK_PLAN
+        args.steps = min(args.steps, 2)
+    busy_before = _busy_fraction()
     rows = []
     for preset, length in plan:
         for name, scoring, implementation in VARIANTS:
-            model = build(preset, scoring, implementation)
+            model = build(preset, scoring, implementation, max(length, args.prompt + args.new_tokens))
+            tokens_s, step_s = train_tokens_per_s(model, args.batch, length, args.steps, args.warmup)
             row = {"preset": preset, "length": length, "variant": name, "attn_implementation": implementation,
-                   "train_tokens_per_s": train_tokens_per_s(model, args.batch, length, args.steps),
-                   "decode_tokens_per_s": decode_tokens_per_s(model, args.prompt, args.new_tokens)}
+                   "train_tokens_per_s": tokens_s, "train_step_s": step_s}
+            if args.decode:
+                row["decode_tokens_per_s"] = decode_tokens_per_s(model, args.prompt, args.new_tokens, args.decode_repeats)
             rows.append(row)
             print(row, file=sys.stderr, flush=True)
             del model
+            gc.collect()
+    keys = ["train_tokens_per_s"] + (["decode_tokens_per_s"] if args.decode else [])
     for row in rows:
         same = {r["variant"]: r for r in rows if r["preset"] == row["preset"] and r["length"] == row["length"]}
-        for key in ("train_tokens_per_s", "decode_tokens_per_s"):
+        for key in keys:
             row[f"{key}_vs_softmax"] = row[key] / same["softmax"][key]
             row[f"{key}_vs_sdpa"] = row[key] / same["softmax sdpa"][key]
     machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "threads": args.threads,
-               "torch": torch.__version__, "batch": args.batch, "steps": args.steps, "prompt": args.prompt,
-               "new_tokens": args.new_tokens}
-    Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")
-    print(f"\nbatch {args.batch}, median of {args.steps} steps; decoding: prompt {args.prompt}, {args.new_tokens} new "
-          f"tokens, greedy with KV cache; {machine['cores']} cores, {args.threads} threads, torch {machine['torch']}\n")
-    print("| preset | L | variant | train tok/s | x softmax | x sdpa | decode tok/s | x softmax | x sdpa |")
-    print("|---|---|---|---|---|---|---|---|---|")
+               "torch": torch.__version__, "batch": args.batch, "steps": args.steps, "warmup": args.warmup,
+               "prompt": args.prompt, "new_tokens": args.new_tokens, "malloc_env": MALLOC_ENV,
+               "busy_before": busy_before, "busy_after": _busy_fraction()}
+    lines = ["| preset | L | variant | train tok/s | x softmax | x sdpa | decode tok/s | x softmax | x sdpa |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        print(f"| {r['preset']} | {r['length']} | {r['variant']} | {r['train_tokens_per_s']:.0f} | "
-              f"{r['train_tokens_per_s_vs_softmax']:.2f} | {r['train_tokens_per_s_vs_sdpa']:.2f} | "
-              f"{r['decode_tokens_per_s']:.1f} | {r['decode_tokens_per_s_vs_softmax']:.2f} | "
-              f"{r['decode_tokens_per_s_vs_sdpa']:.2f} |")
+        dec = (f"{r['decode_tokens_per_s']:.1f} | {r['decode_tokens_per_s_vs_softmax']:.2f} | "
+               f"{r['decode_tokens_per_s_vs_sdpa']:.2f}") if args.decode else "- | - | -"
+        lines.append(f"| {r['preset']} | {r['length']} | {r['variant']} | {r['train_tokens_per_s']:.0f} | "
+                     f"{r['train_tokens_per_s_vs_softmax']:.2f} | {r['train_tokens_per_s_vs_sdpa']:.2f} | {dec} |")
+    text = "\n".join(lines)
+    Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows, "table": text}, indent=2) + "\n")
+    print(f"\nbatch {args.batch}, median of {args.steps} training steps after {args.warmup} warm-up; decoding: prompt "
+          f"{args.prompt}, {args.new_tokens} new tokens, greedy with KV cache (median of {args.decode_repeats}); "
+          f"{machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; machine busy before/after: "
+          f"{busy_before}/{machine['busy_after']} (0 = idle)\n")
+    print(text)
     print(f"\nwrote {args.output}")
     return 0
 
