@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     parser.add_argument("--decode-repeats", type=int, default=2)
     parser.add_argument("--no-decode", dest="decode", action="store_false")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--quick", action="store_true", help="tiny and decoder_114m at L=256 and 1024, 2 timed steps")
+    parser.add_argument("--quick", action="store_true", help="tiny and decoder_114m at L=256 and 1024, at most 3 timed steps")
     parser.add_argument("--output", default="bench_model.json")
     args = parser.parse_args(argv)
     _pin_malloc_env()
@@ -136,7 +136,7 @@ def main(argv=None) -> int:
     plan = [(p, int(L)) for p in _split(args.presets) for L in _split(args.lengths)]
     if args.quick:
         plan = QUICK_PLAN
-        args.steps = min(args.steps, 2)
+        args.steps = min(args.steps, 3)
     busy_before = _busy_fraction()
     rows = []
     for preset, length in plan:
