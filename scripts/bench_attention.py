@@ -15,7 +15,7 @@ another) that measures:
   counts everything the call touches: outputs, saved tensors, gradients, workspaces, allocator slack.
 Ratios are against SDPA softmax of the same length and mode, measured in the same run.
 
-    python scripts/bench_attention.py --quick           # L in 256, 1024, 2048; 3 repeats (~10 minutes on 2 cores)
+    python scripts/bench_attention.py --quick           # L in 256, 1024, 2048; softmax, ssa; 3 repeats (~10 min)
     python scripts/bench_attention.py                   # L in 256, 1024, 2048, 4096
     python scripts/bench_attention.py --lengths 2048 --variants "sdpa softmax" "blockwise ssa" --output b.json
 
@@ -248,7 +248,7 @@ def main(argv=None) -> int:
     parser.add_argument("--budget-s", type=float, default=60.0, help="stop repeating a cell after this long (>= 3 calls)")
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="per cell")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--quick", action="store_true", help="L in 256, 1024, 2048; 3 repeats; eager up to 1024")
+    parser.add_argument("--quick", action="store_true", help="L in 256, 1024, 2048; scorings softmax, ssa; 3 repeats; eager up to 1024")
     parser.add_argument("--output", default="bench_attention.json")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -265,6 +265,8 @@ def main(argv=None) -> int:
         args.repeats, args.decode_repeats = min(args.repeats, 3), min(args.decode_repeats, 100)
         args.eager_max_length = min(args.eager_max_length, 1024)
         args.budget_s = min(args.budget_s, 20.0)
+        if args.scorings == parser.get_default("scorings"):
+            args.scorings = ["softmax", "ssa"]
     bad = set(modes) - set(MODES)
     if bad:
         parser.error(f"unknown modes {sorted(bad)}; choose from {MODES}")

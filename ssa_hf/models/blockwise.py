@@ -19,6 +19,9 @@ SSA weights are ``softmax(g(s))`` with ``s = scale * q.k`` and ``g(s) = n * sign
 Masked positions get weight exactly 0, never a finite bias; a query row with no visible key returns 0 and
 receives zero gradients.
 
+Inference on small problems (no gradient, B*H*Lq*Lk <= _DIRECT_MAX_SCORES, e.g. decoding steps) skips the
+tiling: one [Lq, Lk] block per head in a few eager ops, grouped-query heads as a batched matmul.
+
 Row maximum.  For SSA, |g(s)| <= |n| * log(1 + b * scale * |q| * max|k|) (Cauchy-Schwarz), a bound that is
 known before any score is computed.  When it is small enough that exp(g - bound) cannot underflow
 (bound <= 40 for every row, i.e. any sane model), the forward uses it as a fixed row offset: one pass per
@@ -401,9 +404,13 @@ def _run_backward(q, k, v, o, lse, do, b5, n5, masks, scale, bq, bk, B, Hkv, G, 
     Lq = LqG // G
     Lk = k.shape[1]
     Dv = v.shape[-1]
-    delta4 = (do * o).sum(-1).view(B, Hkv, Lq, G)
-    lse4 = lse.view(B, Hkv, Lq, G)
     qtiles, ktiles = _tiles(Lq, bq), _tiles(Lk, bk)
+    delta = q.new_empty((N, LqG))
+    for i0, i1 in qtiles:  # rowsum(dO * O), tile by tile: no [N, L, D] temporary
+        rows = slice(i0 * G, i1 * G)
+        torch.sum(do[:, rows] * o[:, rows], dim=-1, out=delta[:, rows])
+    delta4 = delta.view(B, Hkv, Lq, G)
+    lse4 = lse.view(B, Hkv, Lq, G)
     dq = q.new_empty((N, LqG, D))
     dk = q.new_empty((N, Lk, D))
     dv = q.new_empty((N, Lk, Dv))
@@ -642,7 +649,7 @@ def _mask_to_5d(attn_mask, B, H, Hkv, Lq, Lk):
 
 
 def blockwise_attention(query, key, value, b=None, n=None, attn_mask=None, is_causal=False, scale=None,
-                        scoring="ssa", block_size=256):
+                        scoring="ssa", block_size=None):
     """Memory-efficient attention with SSA (``softmax(g(s))``) or softmax scoring.
 
     Args:
@@ -656,8 +663,9 @@ def blockwise_attention(query, key, value, b=None, n=None, attn_mask=None, is_ca
             mask: fully hidden tiles are then skipped without reading a mask.
         scale: score scale, default 1/sqrt(D).
         scoring: "ssa" or "softmax".
-        block_size: tile size, an int (queries and keys) or a pair (query tile, key tile).  256 measured best
-            on a 2-core CPU (B=4, H=8, D=64, L=1024..4096; 128 is as fast at L=1024 and slower beyond).
+        block_size: tile size, an int (queries and keys) or a pair (query tile, key tile).  Default: 128 up to
+            1024 keys, 256 beyond (measured on a 2-core CPU: larger tiles run the matmuls faster, smaller ones
+            waste less of the diagonal tiles of a causal mask).
 
     Returns [B, H, Lq, Dv] in the query dtype (computed in float32; float64 inputs in float64).  Rows without
     any visible key are 0.
@@ -673,6 +681,8 @@ def blockwise_attention(query, key, value, b=None, n=None, attn_mask=None, is_ca
                          f"{tuple(key.shape)}, value {tuple(value.shape)}")
     if Hkv == 0 or H % Hkv != 0:
         raise ValueError(f"blockwise_attention: query heads ({H}) must be a multiple of key/value heads ({Hkv})")
+    if block_size is None:
+        block_size = 128 if Lk <= 1024 else 256
     if isinstance(block_size, (tuple, list)):
         bq, bk = (int(x) for x in block_size)
     else:
