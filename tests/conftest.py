@@ -7,7 +7,6 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # FlexAttention tests run its unfused eager path unless a test asks for compilation explicitly
 os.environ.setdefault("SSA_HF_FLEX_COMPILE", "0")
-os.environ.setdefault("SSA_HF_BLOCKWISE_COMPILE", "0")
 
 from pathlib import Path  # noqa: E402
 

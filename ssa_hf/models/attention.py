@@ -37,7 +37,8 @@ BACKEND_NAMES = ("eager", "flex", "blockwise")
 # attn_implementation names registered with transformers -> backend (None: chosen per call)
 IMPLEMENTATIONS = {"ssa_auto": None, "ssa_eager": "eager", "ssa_flex": "flex", "ssa_blockwise": "blockwise"}
 DEFAULT_IMPLEMENTATION = "ssa_auto"
-# below this many scores per head the eager backend is as fast as any other and needs no compilation
+# on CUDA, below this many scores per head the eager backend is as fast as FlexAttention and needs no
+# compilation (nor a recompilation per new length while decoding); on CPU the blockwise kernel wins at every size
 _SMALL_PROBLEM = 256 * 256
 
 _logged: set = set()
@@ -156,12 +157,12 @@ def choose_backend(spec: ScoringFunction, device: torch.device, needs_grad: bool
         return "eager", "attention weights requested"
     if _is_linear(spec):
         return "eager", "linear attention (linear-time form)"
+    if device.type == "cpu" and BACKENDS["blockwise"].refuses(spec, needs_grad, device, dropout) is None:
+        return "blockwise", "CPU kernel (tiled, native tile code)"
     if q_len * kv_len <= _SMALL_PROBLEM:
         return "eager", "small problem"
     if device.type == "cuda" and BACKENDS["flex"].refuses(spec, needs_grad, device, dropout) is None:
         return "flex", "CUDA FlexAttention"
-    if device.type == "cpu" and BACKENDS["blockwise"].refuses(spec, needs_grad, device, dropout) is None:
-        return "blockwise", "memory-efficient CPU kernel"
     return "eager", "the only backend that runs this request"
 
 

@@ -1,6 +1,7 @@
 """Memory-efficient blockwise attention (SSA or softmax) for CPU training.
 
-A FlashAttention-style kernel written in plain PyTorch:
+A FlashAttention-style kernel: PyTorch for the matrix products and the loop over tiles, a small C kernel for
+the elementwise work on each tile:
 
 * queries and keys are processed in tiles of ``block_size`` positions; the (batch, key/value head) pairs are
   split into groups so that one batched matmul holds about ``_TILE_ELEMS`` scores (small enough to stay in
@@ -10,10 +11,10 @@ A FlashAttention-style kernel written in plain PyTorch:
   matrix per head is ever formed, only one tile of a few MB at a time);
 * the backward recomputes every tile and returns gradients for query, key, value and the per-head SSA
   parameters ``b`` and ``n``;
-* the per-tile elementwise code (g, mask, exp; in the backward P, dG, dS and the per-head dn/db sums) is one
-  small function per tile kind, compiled with TorchInductor on first use for each static tile shape (a
-  handful of graphs per model); ``SSA_HF_BLOCKWISE_COMPILE=0`` or ``set_blockwise_compile(False)`` runs
-  exactly the same functions eagerly.
+* the per-tile elementwise work between the matrix products (g, mask, exp, row sums; in the backward P, dS and
+  the per-row dn terms) is one pass over each tile of scores, done in place by the C kernels of native.py
+  (compiled once per machine; float32) or, for float64 or without a C compiler, by the same math in torch ops
+  (``_TorchTiles``, also the readable statement of what the C code computes).
 
 SSA weights are ``softmax(g(s))`` with ``s = scale * q.k`` and ``g(s) = n * sign(s) * log(1 + b * |s|)``.
 Masked positions get weight exactly 0, never a finite bias; a query row with no visible key returns 0 and
@@ -28,16 +29,17 @@ known before any score is computed.  When it is small enough that exp(g - bound)
 tile, no running maximum and no rescaling of the partial output.  Otherwise (and for softmax when its bound
 is large) the forward falls back to the classic online maximum.  Either way the saved logsumexp is exact.
 
-This file imports only torch and the standard library: it is copied next to saved checkpoints as remote code.
+This file imports only torch, the standard library and its sibling native.py: it is copied next to saved
+checkpoints as remote code.
 """
 
 import math
-import os
-import warnings
 
 import torch
 
-__all__ = ["blockwise_attention", "set_blockwise_compile", "blockwise_compile_enabled", "SUPPORTED_SCORING"]
+from .native import load_native_tiles, native_enabled, set_native_enabled
+
+__all__ = ["blockwise_attention", "set_native_enabled", "native_enabled", "SUPPORTED_SCORING"]
 
 SUPPORTED_SCORING = ("ssa", "softmax")
 
@@ -45,31 +47,10 @@ _NEG_INF = float("-inf")
 _POS_INF = float("inf")
 # largest row bound for the fixed-offset forward: exp(-2 * 40) is still a normal float32
 _STATIC_BOUND_MAX = 40.0
-_MAX_GRAPHS = 32
 # inference problems up to this many scores (B*H*Lq*Lk) skip tiling (see _direct_forward)
 _DIRECT_MAX_SCORES = 1 << 20
 # scores per tile call (all heads of a group together); see _head_groups
-_TILE_ELEMS = int(os.environ.get("SSA_HF_BLOCKWISE_TILE_ELEMS", 1 << 18))
-
-# None: follow the environment variable SSA_HF_BLOCKWISE_COMPILE (default on); True/False: forced.
-_COMPILE_OVERRIDE = None
-_COMPILE_BROKEN = False
-_GRAPHS = {}
-
-
-def set_blockwise_compile(enabled):
-    """Force compilation of the per-tile functions on (True) or off (False); None follows the environment."""
-    global _COMPILE_OVERRIDE
-    _COMPILE_OVERRIDE = None if enabled is None else bool(enabled)
-
-
-def blockwise_compile_enabled():
-    """Whether the per-tile elementwise functions are compiled (SSA_HF_BLOCKWISE_COMPILE, default 1)."""
-    if _COMPILE_BROKEN:
-        return False
-    if _COMPILE_OVERRIDE is not None:
-        return _COMPILE_OVERRIDE
-    return os.environ.get("SSA_HF_BLOCKWISE_COMPILE", "1").strip().lower() not in ("0", "false", "no", "off", "")
+_TILE_ELEMS = 1 << 18
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -79,7 +60,6 @@ def blockwise_compile_enabled():
 #   b, n:               [1, Hkv, 1, G, 1]  per-head SSA parameters (ignored for softmax)
 #   mask:               bool, broadcastable to s (True = attend); absent when the tile is fully visible
 #   bound, m, l, lse, delta: [B, Hkv, R, G]
-# Constants (scale, scoring, mask presence, need_bn) are fixed per compiled graph.
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -154,93 +134,87 @@ def _bwd(s, dp, lse, delta, b, n, mask, scale, ssa, need_bn):
     return p, ds, (dg * g).sum(-1)
 
 
-def _tile_function(kind, ssa, has_mask, need_bn, scale):
-    """A function of tensors only (constants closed over), traceable by torch.fx."""
-    if kind == "fwd_static":
-        if has_mask:
-            def fn(s, b, n, bound, l_prev, mask):
-                return _fwd_static(s, b, n, bound, l_prev, mask, scale, ssa)
-        else:
-            def fn(s, b, n, bound, l_prev):
-                return _fwd_static(s, b, n, bound, l_prev, None, scale, ssa)
-    elif kind == "fwd_online":
-        if has_mask:
-            def fn(s, b, n, m_prev, l_prev, mask):
-                return _fwd_online(s, b, n, m_prev, l_prev, mask, scale, ssa)
-        else:
-            def fn(s, b, n, m_prev, l_prev):
-                return _fwd_online(s, b, n, m_prev, l_prev, None, scale, ssa)
-    elif kind == "bwd":
-        if has_mask:
-            def fn(s, dp, lse, delta, b, n, mask):
-                return _bwd(s, dp, lse, delta, b, n, mask, scale, ssa, need_bn)
-        else:
-            def fn(s, dp, lse, delta, b, n):
-                return _bwd(s, dp, lse, delta, b, n, None, scale, ssa, need_bn)
-    else:  # pragma: no cover
-        raise ValueError(kind)
-    return fn
+class _TileMask:
+    """The visible part of a tile that is neither fully hidden nor fully visible.
+
+    ``tensor``: bool, broadcastable to [gb, gh, R, G, C], contiguous, of shape [1|gb, 1|gh, R, 1|G, C] (what the
+    torch tiles use).  ``causal_offset``: set when the tile is exactly the causal pattern (key column c of query
+    row r visible iff c <= r + causal_offset, no other mask): the native kernel then reads no mask at all."""
+
+    __slots__ = ("tensor", "causal_offset")
+
+    def __init__(self, tensor, causal_offset=None):
+        self.tensor = tensor
+        self.causal_offset = causal_offset
 
 
-def _compile_tile(fn, args):
-    """Compile fn for exactly these argument shapes/strides/dtypes.
+class _TorchTiles:
+    """The per-tile elementwise work in torch ops (float64, and where the native kernels are unavailable).
+    Same interface and results as _NativeTiles: m and l are updated in place, P (and dS) are returned."""
 
-    TorchInductor is called on the torch.fx graph directly (no TorchDynamo guards: ~8 us per call instead of
-    ~40 us, which matters at hundreds of tiles per call; shapes are checked by the compiled code itself and
-    keyed by the caller).  Falls back to torch.compile where that private entry point is missing."""
-    try:
-        from torch._inductor.compile_fx import compile_fx
-    except ImportError:  # pragma: no cover - older/newer torch
-        compiled = torch.compile(fn, dynamic=False, fullgraph=True)
-        return lambda *a: tuple(compiled(*a))
-    gm = torch.fx.symbolic_trace(fn)
-    return compile_fx(gm, list(args))
+    def __init__(self, ssa, scale):
+        self.ssa, self.scale = ssa, scale
+
+    def fwd(self, s, s5, bg, ng, m, l, tm, static):
+        mask = None if tm is None else tm.tensor
+        if static:
+            p, l_new = _fwd_static(s5, bg, ng, m, l, mask, self.scale, self.ssa)
+            l.copy_(l_new)
+            return p.view(s.shape), None
+        m_new, l_new, alpha = _fwd_online(s5, bg, ng, m, l, mask, self.scale, self.ssa)
+        m.copy_(m_new)
+        l.copy_(l_new)
+        return s, alpha
+
+    def bwd(self, s, dp, s5, dp5, lse, delta, bg, ng, tm, dn):
+        mask = None if tm is None else tm.tensor
+        out = _bwd(s5, dp5, lse, delta, bg, ng, mask, self.scale, self.ssa, dn is not None)
+        if dn is not None:
+            dn += out[2]
+        return out[0].view(s.shape), out[1].view(s.shape)
 
 
-def _signature(args):
-    return tuple((tuple(a.shape), a.stride(), a.dtype, a.device.type) for a in args)
+class _NativeTiles:
+    """The per-tile elementwise work in the compiled C kernels of native.py (float32): P over s, dS over dP."""
+
+    def __init__(self, kernels, ssa, scale):
+        self.k, self.ssa, self.scale = kernels, ssa, scale
+
+    @staticmethod
+    def _mask(tm):
+        if tm is None:
+            return None, None
+        if tm.causal_offset is not None:
+            return tm.causal_offset, None
+        return None, tm.tensor
+
+    def _params(self, bg, ng):
+        if not self.ssa:
+            return None, None
+        return bg.reshape(-1), ng.reshape(-1)  # [1, gh, 1, G, 1] slices of contiguous [1, Hkv, 1, G, 1]
+
+    def fwd(self, s, s5, bg, ng, m, l, tm, static):
+        causal_offset, mask = self._mask(tm)
+        b, n = self._params(bg, ng)
+        alpha = None if static else torch.empty_like(l)
+        self.k.fwd(s, bg.shape[1], bg.shape[3], b, n, self.scale, causal_offset, mask, not static, m, l, alpha)
+        return s, alpha
+
+    def bwd(self, s, dp, s5, dp5, lse, delta, bg, ng, tm, dn):
+        causal_offset, mask = self._mask(tm)
+        b, n = self._params(bg, ng)
+        self.k.bwd(s, dp, bg.shape[1], bg.shape[3], b, n, self.scale, causal_offset, mask, lse, delta, dn)
+        return s, dp
 
 
-class _TileRunner:
-    """Resolves the tile functions of one attention call: compiled (one graph per static signature, shared
-    across calls) or eager.  Within a call, tiles of the same kind and shape reuse the resolved function
-    without recomputing the signature (strides are fixed by the shapes)."""
-
-    def __init__(self, ssa, scale, need_bn=False):
-        self.ssa = ssa
-        self.scale = scale
-        self.need_bn = need_bn
-        self.compile = blockwise_compile_enabled()
-        self.local = {}
-
-    def __call__(self, kind, mt, args, R, C):
-        has_mask = mt is not None
-        key = (kind, R, C, mt.shape if has_mask else None)
-        fn = self.local.get(key)
-        if fn is None:
-            fn = self._resolve(kind, has_mask, args)
-            self.local[key] = fn
-        return fn(*args)
-
-    def _resolve(self, kind, has_mask, args):
-        global _COMPILE_BROKEN
-        consts = (self.ssa, has_mask, self.need_bn, self.scale)
-        eager = _tile_function(kind, *consts)
-        if not (self.compile and blockwise_compile_enabled()):
-            return eager
-        key = (kind, consts, _signature(args))
-        fn = _GRAPHS.get(key)
-        if fn is None:
-            if len(_GRAPHS) >= _MAX_GRAPHS:
-                return eager
-            try:
-                fn = _compile_tile(eager, args)
-            except Exception as exc:  # e.g. no C++ compiler: run eagerly from now on, and say so once
-                _COMPILE_BROKEN = True
-                warnings.warn(f"blockwise_attention: compiling the tile function failed ({exc!r}); running eagerly")
-                return eager
-            _GRAPHS[key] = fn
-        return fn
+def _tile_ops(dtype, ssa, scale, finite=True):
+    """Native kernels for float32 where they are available, torch ops otherwise.  `finite`: every score of the
+    call is finite (the native kernels assume it; inf/NaN inputs go through torch ops and propagate as there)."""
+    if dtype == torch.float32 and finite:
+        kernels = load_native_tiles()
+        if kernels is not None:
+            return _NativeTiles(kernels, ssa, scale)
+    return _TorchTiles(ssa, scale)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -262,8 +236,8 @@ class _Masks:
         self._cache = {}
 
     def tile(self, i0, i1, j0, j1, b0, b1, h0, h1):
-        """Returns False (nothing visible), None (all visible) or a contiguous bool mask for the tile of the
-        (batch, key/value head) group [b0, b1) x [h0, h1), broadcastable to [b1-b0, h1-h0, R, G, C]."""
+        """Returns False (nothing visible), None (all visible) or a _TileMask for the tile of the
+        (batch, key/value head) group [b0, b1) x [h0, h1)."""
         causal = self._causal(i0, i1, j0, j1)
         if causal is False or self.mask5 is None:
             return causal
@@ -272,12 +246,12 @@ class _Masks:
         mh = slice(h0, h1) if m5.shape[1] > 1 else slice(0, 1)
         mt = m5[mb, mh, i0:i1, :, j0:j1]
         if causal is not None:
-            mt = mt & causal
+            mt = mt & causal.tensor
         if not bool(mt.any()):
             return False
         if bool(mt.all()):
             return None
-        return mt.contiguous()
+        return _TileMask(mt.contiguous())
 
     def _causal(self, i0, i1, j0, j1):
         if not self.causal:
@@ -291,8 +265,8 @@ class _Masks:
         if hit is None:
             rows = torch.arange(i0, i1, device=self.device)
             cols = torch.arange(j0, j1, device=self.device)
-            hit = (cols.unsqueeze(0) <= rows.unsqueeze(1)).view(1, 1, i1 - i0, 1, j1 - j0)
-            self._cache[key] = hit
+            tensor = (cols.unsqueeze(0) <= rows.unsqueeze(1)).view(1, 1, i1 - i0, 1, j1 - j0)
+            hit = self._cache[key] = _TileMask(tensor, causal_offset=i0 - j0)
         return hit
 
 
@@ -336,9 +310,9 @@ def _run_forward(q, k, v, b5, n5, masks, scale, bq, bk, B, Hkv, G, need_lse, ssa
     lse = q.new_empty((N, LqG)) if need_lse else None
     lse4 = lse.view(B, Hkv, Lq, G) if need_lse else None
     bound = _row_bound(q, k, b5, n5, scale, B, Hkv, G, ssa)
-    static = bool(torch.isfinite(bound).all()) and float(bound.max()) <= _STATIC_BOUND_MAX
-    kind = "fwd_static" if static else "fwd_online"
-    run = _TileRunner(ssa, scale)
+    finite = bool(torch.isfinite(bound).all())  # |score| <= bound: every score is finite
+    static = finite and float(bound.max()) <= _STATIC_BOUND_MAX
+    ops = _tile_ops(q.dtype, ssa, scale, finite)
     qtiles, ktiles = _tiles(Lq, bq), _tiles(Lk, bk)
     for b0, b1, h0, h1 in _head_groups(B, Hkv, G, bq, bk):
         gb, gh = b1 - b0, h1 - h0
@@ -371,15 +345,9 @@ def _run_forward(q, k, v, b5, n5, masks, scale, bq, bk, B, Hkv, G, need_lse, ssa
                     s = q.new_empty((nn, R * G, C))
                     s5 = s.view(gb, gh, R, G, C)
                 torch.bmm(qi, kts[jt], out=s)
-                args = (s5, bg, ng, m, l) if mt is None else (s5, bg, ng, m, l, mt)
-                if static:
-                    p, l = run(kind, mt, args, R, C)
-                    p = p.view(nn, R * G, C)
-                else:
-                    m, l, alpha = run(kind, mt, args, R, C)
-                    p = s
-                    if acc is not None:
-                        acc.mul_(alpha.view(nn, R * G, 1))
+                p, alpha = ops.fwd(s, s5, bg, ng, m, l, mt, static)
+                if alpha is not None and acc is not None:
+                    acc.mul_(alpha.view(nn, R * G, 1))
                 if acc is None:
                     acc = torch.bmm(p, vs[jt])
                 else:
@@ -416,19 +384,20 @@ def _run_backward(q, k, v, o, lse, do, b5, n5, masks, scale, bq, bk, B, Hkv, G, 
     dv = q.new_empty((N, Lk, Dv))
     need_bn = bool(need_bn and ssa)
     dn_rows = q.new_zeros((B, Hkv, Lq, G)) if need_bn else None
-    run = _TileRunner(ssa, scale, need_bn)
+    finite = bool(torch.isfinite(_row_bound(q, k, b5, n5, scale, B, Hkv, G, ssa)).all())  # as in the forward
+    ops = _tile_ops(q.dtype, ssa, scale, finite)
     for b0, b1, h0, h1 in _head_groups(B, Hkv, G, bq, bk):
         gb, gh = b1 - b0, h1 - h0
         n0, nn = b0 * Hkv + h0, (b1 - b0) * (h1 - h0)
         qg, dog = q[n0:n0 + nn], do[n0:n0 + nn]
         kg, vg = k[n0:n0 + nn], v[n0:n0 + nn]
         bg, ng = b5[:, h0:h1], n5[:, h0:h1]
-        # per query tile: operands and accumulators, sliced once
+        # per query tile: operands and (contiguous) row arrays, sliced once
         qis = [qg[:, i0 * G:i1 * G] for i0, i1 in qtiles]
         dois = [dog[:, i0 * G:i1 * G] for i0, i1 in qtiles]
-        lses = [lse4[b0:b1, h0:h1, i0:i1] for i0, i1 in qtiles]
-        deltas = [delta4[b0:b1, h0:h1, i0:i1] for i0, i1 in qtiles]
-        dns = [dn_rows[b0:b1, h0:h1, i0:i1] for i0, i1 in qtiles] if need_bn else None
+        lses = [lse4[b0:b1, h0:h1, i0:i1].contiguous() for i0, i1 in qtiles]
+        deltas = [delta4[b0:b1, h0:h1, i0:i1].contiguous() for i0, i1 in qtiles]
+        dns = [q.new_zeros((gb, gh, i1 - i0, G)) for i0, i1 in qtiles] if need_bn else None
         dqs = [None] * len(qtiles)
         sbuf = q.new_empty((nn, bq * G, bk))
         dpbuf = q.new_empty((nn, bq * G, bk))
@@ -454,12 +423,7 @@ def _run_backward(q, k, v, o, lse, do, b5, n5, masks, scale, bq, bk, B, Hkv, G, 
                 qi, doi = qis[t], dois[t]
                 torch.bmm(qi, kjt, out=s)
                 torch.bmm(doi, vjt, out=dp)
-                args = (s5, dp5, lses[t], deltas[t], bg, ng) if mt is None else (s5, dp5, lses[t], deltas[t], bg, ng, mt)
-                out = run("bwd", mt, args, R, C)
-                p = out[0].view(nn, R * G, C)
-                ds = out[1].view(nn, R * G, C)
-                if need_bn:
-                    dns[t] += out[2]
+                p, ds = ops.bwd(s, dp, s5, dp5, lses[t], deltas[t], bg, ng, mt, dns[t] if need_bn else None)
                 if dv_j is None:
                     dv_j = torch.bmm(p.transpose(1, 2), doi)
                     dk_j = torch.bmm(ds.transpose(1, 2), qi)
@@ -478,6 +442,8 @@ def _run_backward(q, k, v, o, lse, do, b5, n5, masks, scale, bq, bk, B, Hkv, G, 
                 dv[n0:n0 + nn, j0:j1] = dv_j
         for t, (i0, i1) in enumerate(qtiles):
             dq[n0:n0 + nn, i0 * G:i1 * G] = 0.0 if dqs[t] is None else dqs[t]
+            if need_bn:
+                dn_rows[b0:b1, h0:h1, i0:i1] = dns[t]
     dn = db = None
     if need_bn:
         # per-head sums in float64 (the per-row terms are float32 sums over at most Lk terms)
@@ -527,9 +493,9 @@ def _prepare(query, key, value, b, n, B, Hkv, G):
     q = _to_rows(query, B, Hkv, G, cd)
     k = key.to(cd).contiguous().view(B * Hkv, key.shape[2], key.shape[3])
     v = value.to(cd).contiguous().view(B * Hkv, value.shape[2], value.shape[3])
-    ones = torch.ones((1, Hkv, 1, G, 1), dtype=cd, device=query.device)
-    b5 = ones if b is None else b.to(cd).reshape(1, Hkv, 1, G, 1)
-    n5 = ones if n is None else n.to(cd).reshape(1, Hkv, 1, G, 1)
+    ones = torch.ones((1, Hkv, 1, G, 1), dtype=cd, device=query.device) if b is None or n is None else None
+    b5 = ones if b is None else b.to(cd).reshape(1, Hkv, 1, G, 1).contiguous()  # the native kernels read raw memory
+    n5 = ones if n is None else n.to(cd).reshape(1, Hkv, 1, G, 1).contiguous()
     return q, k, v, b5, n5
 
 
@@ -566,6 +532,59 @@ class _BlockwiseAttention(torch.autograd.Function):
             gn = dn.reshape(-1).to(ndt) if ctx.needs_input_grad[4] else None
             gb = db.reshape(-1).to(bdt) if ctx.needs_input_grad[3] else None
         return dq, dk, dv, gb, gn, None, None, None, None, None, None
+
+
+def _direct_native(kernels, query, key, value, b, n, mask5, causal, scale, ssa):
+    """_direct_forward on the native kernel: the [Lq*G, Lk] scores of each (batch, key/value head) as one tile,
+    one pass that exponentiates, masks and sums them (online row maximum), and the product with the values.
+    Returns None when a score is not finite (the caller then runs _direct_forward)."""
+    B, H, Lq, D = query.shape
+    Hkv, Lk = key.shape[1], key.shape[2]
+    G = H // Hkv
+    q, k, v, b5, n5 = _prepare(query, key, value, b, n, B, Hkv, G)
+    s = torch.bmm(q, k.transpose(1, 2))  # [B*Hkv, Lq*G, Lk], rows ordered (position, group head)
+    if not math.isfinite(float(s.sum())):  # one cheap reduction (a finite sum that overflows only costs speed)
+        return None
+    mask = None
+    if mask5 is not None:
+        mask = mask5 if mask5.is_contiguous() else mask5.contiguous()
+    rows = s.shape[0] * s.shape[1]
+    m = s.new_full((rows,), _NEG_INF)
+    l = s.new_zeros((rows,))
+    alpha = s.new_empty((rows,))
+    kernels.fwd(s, Hkv, G, b5.reshape(-1) if ssa else None, n5.reshape(-1) if ssa else None, scale,
+                0 if causal and mask is None else None, _causal_and(mask, causal, Lq, Lk), True, m, l, alpha)
+    o = torch.bmm(s, v)
+    # with the online maximum every row with a visible key has l >= 1; rows without one have o = 0 and l = 0
+    o.div_(l.clamp_min_(1.0).view(o.shape[0], o.shape[1], 1))
+    return _from_rows(o, B, Hkv, G, query.dtype)
+
+
+def _decode_native(kernels, query, key, value, b, n, mask5, scale):
+    """One query position (a decoding step) on the native decode kernel: scores, SSA/softmax weights and the
+    weighted sum of the values in one pass over the cache per (batch, key/value head).  Kept lean: at short
+    caches the Python around the kernel is a good part of the cost."""
+    B, H, _, D = query.shape
+    Hkv, Lk, Dv = key.shape[1], key.shape[2], value.shape[3]
+    G = H // Hkv
+    f32 = torch.float32
+    q = query.reshape(B * Hkv, G, D).to(f32).contiguous()
+    k = key.reshape(B * Hkv, Lk, D).to(f32).contiguous()
+    v = value.reshape(B * Hkv, Lk, Dv).to(f32).contiguous()
+    out = torch.empty((B, H, 1, Dv), dtype=f32, device=query.device)
+    work = torch.empty((B * Hkv, G, Lk), dtype=f32, device=query.device)
+    kernels.decode(q, k, v, out, work, Hkv, b, n, scale, None if mask5 is None else mask5.contiguous())
+    return out.to(query.dtype)
+
+
+def _causal_and(mask5, causal, Lq, Lk):
+    """The 5-D bool mask AND the top-left causal pattern (None when there is no explicit mask)."""
+    if mask5 is None:
+        return None
+    if not causal:
+        return mask5
+    tri = torch.ones(Lq, Lk, dtype=torch.bool, device=mask5.device).tril().view(1, 1, Lq, 1, Lk)
+    return (mask5 & tri).contiguous()
 
 
 def _direct_forward(query, key, value, b, n, attn_mask, causal, scale, ssa):
@@ -618,12 +637,13 @@ def _as_head_param(x, H, name, like):
     dtype = _compute_dtype(like.dtype)
     if not torch.is_tensor(x):
         return torch.full((H,), float(x), dtype=dtype, device=like.device)
-    x = x.to(device=like.device, dtype=dtype)
+    if x.dtype != dtype or x.device != like.device:
+        x = x.to(device=like.device, dtype=dtype)
     if x.numel() == 1:
-        return x.reshape(1).expand(H)
+        return x.reshape(1).expand(H).contiguous()  # contiguous: the native kernels read raw memory
     if x.numel() != H:
         raise ValueError(f"blockwise_attention: `{name}` must have one value per head ({H}), got shape {tuple(x.shape)}")
-    return x.reshape(H)
+    return x.reshape(H).contiguous()
 
 
 def _mask_to_5d(attn_mask, B, H, Hkv, Lq, Lk):
@@ -710,8 +730,16 @@ def blockwise_attention(query, key, value, b=None, n=None, attn_mask=None, is_ca
         return _BlockwiseAttention.apply(query, key, value, b, n, mask5, bool(is_causal), scale, bq, bk, ssa)
     with torch.no_grad():
         G = H // Hkv
+        kernels = load_native_tiles() if _compute_dtype(query.dtype) == torch.float32 else None
+        if kernels is not None and Lq == 1 and not is_causal:
+            return _decode_native(kernels, query, key, value, b, n, mask5, scale)
         if B * H * Lq * Lk <= _DIRECT_MAX_SCORES:
-            return _direct_forward(query, key, value, b, n, attn_mask, bool(is_causal), scale, ssa)
+            out = None
+            if kernels is not None:
+                out = _direct_native(kernels, query, key, value, b, n, mask5, bool(is_causal), scale, ssa)
+            if out is None:
+                out = _direct_forward(query, key, value, b, n, attn_mask, bool(is_causal), scale, ssa)
+            return out
         q, k, v, b5, n5 = _prepare(query, key, value, b, n, B, Hkv, G)
         masks = _Masks(mask5, bool(is_causal), query.device)
         o, _ = _run_forward(q, k, v, b5, n5, masks, scale, bq, bk, B, Hkv, G, False, ssa)

@@ -123,7 +123,9 @@ def test_auto_backend_choice(caplog):
 
     spec = SCORING_FUNCTIONS["ssa"]
     assert choose_backend(spec, torch.device("cpu"), True, 0.0, 300, 300)[0] == "blockwise"
-    assert choose_backend(spec, torch.device("cpu"), False, 0.0, 8, 8)[0] == "eager"
+    assert choose_backend(spec, torch.device("cpu"), False, 0.0, 8, 8)[0] == "blockwise"  # fastest at every size
+    assert choose_backend(spec, torch.device("cpu"), False, 0.0, 8, 8, need_weights=True)[0] == "eager"
+    assert choose_backend(spec, torch.device("cuda"), False, 0.0, 1, 300)[0] == "eager"  # decoding: no recompiles
     assert choose_backend(SCORING_FUNCTIONS["sparsemax"], torch.device("cpu"), True, 0.0, 300, 300)[0] == "eager"
     assert choose_backend(spec, torch.device("cpu"), True, 0.1, 300, 300)[0] == "eager"  # dropout
     assert choose_backend(spec, torch.device("cuda"), True, 0.0, 300, 300)[0] == "flex"

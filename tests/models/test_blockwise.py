@@ -8,15 +8,19 @@ import torch
 import torch.nn.functional as F
 
 from ssa_hf.models import blockwise as bw
+from ssa_hf.models import native
 from ssa_hf.models.blockwise import blockwise_attention
 
 
-@pytest.fixture(autouse=True)
-def _eager_tiles():
-    """Run the tile functions eagerly (fast tests); the one compile test switches it on itself."""
-    bw.set_blockwise_compile(False)
-    yield
-    bw.set_blockwise_compile(None)
+@pytest.fixture(autouse=True, params=["native", "torch"])
+def tiles(request):
+    """Every test runs twice: float32 tiles on the native C kernels (the fast path users get) and on torch ops
+    (the fallback).  The native run fails, rather than silently testing torch twice, when they cannot be built."""
+    native.set_native_enabled(request.param == "native")
+    expected = bw._NativeTiles if request.param == "native" else bw._TorchTiles
+    assert isinstance(bw._tile_ops(torch.float32, True, 1.0), expected)
+    yield request.param
+    native.set_native_enabled(None)
 
 
 def reference_attention(q, k, v, b=None, n=None, attn_mask=None, is_causal=False, scale=None, scoring="ssa"):
@@ -317,26 +321,9 @@ def test_bad_arguments():
         blockwise_attention(q, k, v, torch.ones(2), n)
 
 
-def test_compiled_tiles_match_eager(row_offset):
-    """The only test that compiles (small static tiles); values and gradients equal the eager path."""
-    bw.set_blockwise_compile(True)
-    q, k, v, b, n = _inputs(1, 2, 1, 24, 24, 8, seed=14)
-    mask = _padding_mask(1, 24, 24, seed=14, side="left")
-    args = [t.clone().requires_grad_(True) for t in (q, k, v, b, n)]
-    out = blockwise_attention(*args, attn_mask=mask, is_causal=True, block_size=8)
-    out.square().sum().backward()
-    bw.set_blockwise_compile(False)
-    args_e = [t.clone().requires_grad_(True) for t in (q, k, v, b, n)]
-    out_e = blockwise_attention(*args_e, attn_mask=mask, is_causal=True, block_size=8)
-    out_e.square().sum().backward()
-    torch.testing.assert_close(out, out_e, rtol=1e-5, atol=1e-6)
-    for a, e in zip(args, args_e):
-        torch.testing.assert_close(a.grad, e.grad, rtol=1e-4, atol=1e-5)
-
-
 @pytest.mark.slow
 def test_long_run_parity_eager_vs_blockwise(monkeypatch):
-    """A few hundred AdamW steps of a tiny SSALlama on ssa_eager and on ssa_blockwise (compiled tiles, small tiles
+    """A few hundred AdamW steps of a tiny SSALlama on ssa_eager and on ssa_blockwise (small tiles
     so that every layer runs several masked and unmasked tiles, padded batches): the loss curves and the learned
     SSA parameters agree."""
     import copy
@@ -344,7 +331,6 @@ def test_long_run_parity_eager_vs_blockwise(monkeypatch):
 
     from tests.models.tiny import build
 
-    bw.set_blockwise_compile(True)
     monkeypatch.setattr(bw, "blockwise_attention", functools.partial(blockwise_attention, block_size=16))
     steps, batch, length = 300, 4, 48
     model_e = build("llama", "ssa", seed=3, max_position_embeddings=64).train()

@@ -34,7 +34,7 @@ def test_two_processes_train_one_model(corpora, tmp_path):
     path.write_text(config.to_yaml())
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "HF_DATASETS_CACHE": str(tmp_path / "cache"),
-           "SSA_HF_BLOCKWISE_COMPILE": "0", "PYTHONPATH": str(REPO)}
+           "PYTHONPATH": str(REPO)}
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
                "--master_port", str(_free_port()), str(REPO / "scripts" / "pretrain.py"), "--config", str(path)]
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
