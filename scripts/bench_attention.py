@@ -39,23 +39,12 @@ import sys
 import time
 from pathlib import Path
 
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "1073741824"}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import MALLOC_ENV, busy_fraction, pin_malloc_env, split_args  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 MODES = ("fwd", "fwd+bwd", "decode")
 DEFAULT_SCORINGS = ("softmax", "ssa", "linear", "cosformer")
-
-
-def _pin_malloc_env() -> None:
-    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()):
-        return
-    os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **MALLOC_ENV})
-
-
-def _split(values) -> list[str]:
-    out = []
-    for value in values:
-        out.extend(x for x in str(value).split(",") if x)
-    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -169,21 +158,6 @@ def child(cell: dict) -> dict:
 # --------------------------------------------------------------------------------------------------
 
 
-def _busy_fraction(seconds: float = 1.0) -> float | None:
-    """Fraction of CPU time the whole machine spent busy over `seconds` (0 = idle)."""
-    def read():
-        values = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-        return sum(values), values[3] + values[4]
-
-    try:
-        t0, i0 = read()
-        time.sleep(seconds)
-        t1, i1 = read()
-    except (OSError, IndexError, ValueError):
-        return None
-    return round(1.0 - (i1 - i0) / max(1, t1 - t0), 3)
-
-
 def run_cell(cell: dict, timeout_s: float) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(cell)]
     env = {**os.environ, **MALLOC_ENV, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
@@ -255,10 +229,10 @@ def main(argv=None) -> int:
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
         return 0
-    _pin_malloc_env()
+    pin_malloc_env()
     sys.path.insert(0, str(REPO))
-    lengths = [int(x) for x in _split(args.lengths)]
-    modes = _split(args.modes)
+    lengths = [int(x) for x in split_args(args.lengths)]
+    modes = split_args(args.modes)
     if args.quick:
         if args.lengths == parser.get_default("lengths"):
             lengths = [256, 1024, 2048]
@@ -271,7 +245,7 @@ def main(argv=None) -> int:
     if bad:
         parser.error(f"unknown modes {sorted(bad)}; choose from {MODES}")
     variants = _variants(args)
-    busy_before = _busy_fraction()
+    busy_before = busy_fraction()
     base_cell = {"batch": args.batch, "heads": args.heads, "kv_heads": args.kv_heads or args.heads,
                  "head_dim": args.head_dim, "dtype": args.dtype, "threads": args.threads, "warmup": args.warmup,
                  "budget_s": args.budget_s}
@@ -306,7 +280,7 @@ def main(argv=None) -> int:
                "shape": f"B={args.batch} H={args.heads} Hkv={args.kv_heads or args.heads} D={args.head_dim} "
                         f"{args.dtype}, causal (decode: 1 query, no mask)",
                "repeats": args.repeats, "decode_repeats": args.decode_repeats, "malloc_env": MALLOC_ENV,
-               "busy_before": busy_before, "busy_after": _busy_fraction(), "wall_s": round(time.perf_counter() - started, 1)}
+               "busy_before": busy_before, "busy_after": busy_fraction(), "wall_s": round(time.perf_counter() - started, 1)}
     text = table(rows)
     Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows, "table": text}, indent=2) + "\n")
     print(f"\n{machine['shape']}; {machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; median of "

@@ -2,15 +2,15 @@
 """Training and decoding throughput of SSALlama with SSA against the same model with softmax, in one run.
 
 Variants (same weights, same data):
-- `ssa` and `softmax` through the same ssa-hf attention (`ssa_auto`: on CPU the blockwise kernel for training
-  when L*L > 256*256, eager for short problems and for decoding steps);
+- `ssa` and `softmax` through the same ssa-hf attention (`ssa_auto`: on CPU the blockwise kernel, for training,
+  prompts and decoding steps alike);
 - `softmax sdpa`: PyTorch's fused softmax attention (transformers' `sdpa`), the fastest softmax available.
 Presets: `tiny_llama` and `decoder_114m` (12 layers, hidden 768, 24 heads / 8 key-value heads, 50k vocabulary).
 
     python scripts/bench_model.py --quick        # tiny at L=256, 1024; 114M at L=256, 1024 (~10 minutes, 2 cores)
     python scripts/bench_model.py --presets decoder_114m --lengths 1024 --batch 1 --steps 3
 
-Training: tokens/s of forward+backward+AdamW steps (median over steps after warm-up steps, which compile).
+Training: tokens/s of forward+backward+AdamW steps (median over steps after warm-up steps).
 Decoding: new tokens/s of greedy `generate` with the KV cache (one-token steps), after a warm-up generate.
 Prints a markdown table with ratios to softmax (same attention) and to SDPA, and writes JSON.
 Timing pins glibc's malloc thresholds (REFERENCE section 5) by re-executing itself when they are unset.
@@ -28,23 +28,12 @@ import sys
 import time
 from pathlib import Path
 
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "1073741824"}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import MALLOC_ENV, busy_fraction, pin_malloc_env, split_args  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = [("ssa", "ssa", "ssa_auto"), ("softmax", "softmax", "ssa_auto"), ("softmax sdpa", "softmax", "sdpa")]
 QUICK_PLAN = [("tiny_llama", 256), ("tiny_llama", 1024), ("decoder_114m", 256), ("decoder_114m", 1024)]
-
-
-def _pin_malloc_env() -> None:
-    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()):
-        return
-    os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **MALLOC_ENV})
-
-
-def _split(values) -> list[str]:
-    out = []
-    for value in values:
-        out.extend(x for x in str(value).split(",") if x)
-    return out
 
 
 def build(preset: str, scoring: str, implementation: str, max_length: int):
@@ -75,7 +64,7 @@ def train_tokens_per_s(model, batch: int, length: int, steps: int, warmup: int) 
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        if step >= warmup:  # warm-up steps compile and warm caches
+        if step >= warmup:  # warm-up steps build the native kernels and warm caches
             times.append(time.perf_counter() - start)
     return batch * length / statistics.median(times), statistics.median(times)
 
@@ -97,20 +86,6 @@ def decode_tokens_per_s(model, prompt: int, new_tokens: int, repeats: int) -> fl
     return statistics.median(rates)
 
 
-def _busy_fraction(seconds: float = 1.0):
-    def read():
-        values = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-        return sum(values), values[3] + values[4]
-
-    try:
-        t0, i0 = read()
-        time.sleep(seconds)
-        t1, i1 = read()
-    except (OSError, IndexError, ValueError):
-        return None
-    return round(1.0 - (i1 - i0) / max(1, t1 - t0), 3)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", nargs="+", default=["tiny_llama", "decoder_114m"])
@@ -126,18 +101,18 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny and decoder_114m at L=256 and 1024, at most 3 timed steps")
     parser.add_argument("--output", default="bench_model.json")
     args = parser.parse_args(argv)
-    _pin_malloc_env()
+    pin_malloc_env()
     sys.path.insert(0, str(REPO))
     import torch
 
     import ssa_hf  # noqa: F401  (registers the attention implementations)
 
     torch.set_num_threads(args.threads)
-    plan = [(p, int(L)) for p in _split(args.presets) for L in _split(args.lengths)]
+    plan = [(p, int(L)) for p in split_args(args.presets) for L in split_args(args.lengths)]
     if args.quick:
         plan = QUICK_PLAN
         args.steps = min(args.steps, 3)
-    busy_before = _busy_fraction()
+    busy_before = busy_fraction()
     rows = []
     for preset, length in plan:
         for name, scoring, implementation in VARIANTS:
@@ -160,7 +135,7 @@ def main(argv=None) -> int:
     machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "threads": args.threads,
                "torch": torch.__version__, "batch": args.batch, "steps": args.steps, "warmup": args.warmup,
                "prompt": args.prompt, "new_tokens": args.new_tokens, "malloc_env": MALLOC_ENV,
-               "busy_before": busy_before, "busy_after": _busy_fraction()}
+               "busy_before": busy_before, "busy_after": busy_fraction()}
     lines = ["| preset | L | variant | train tok/s | x softmax | x sdpa | decode tok/s | x softmax | x sdpa |",
              "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:

@@ -111,10 +111,10 @@ def _flex_refuses(spec, needs_grad, device, dropout):
     return None
 
 
-def _flex_run(query, key, value, spec, params, mask, scale, dropout, training, need_weights=False):
+def _flex_run(query, key, value, spec, params, mask, scale, dropout, training, need_weights=False, is_causal=False):
     from .flex import flex_scored_attention
 
-    return flex_scored_attention(query, key, value, spec, params, mask, scale), None
+    return flex_scored_attention(query, key, value, spec, params, mask, scale, is_causal=is_causal), None
 
 
 BLOCKWISE_SCORING = ("softmax", "ssa")
@@ -295,6 +295,9 @@ def scored_attention(
     if backend == "blockwise" and is_causal:
         # the kernel skips hidden tiles from `is_causal` alone; no [Lq, Lk] mask is built or read
         out, weights = _blockwise_run(query, key, value, spec, params, user_mask, scale, dropout_p, False, is_causal=True)
+    elif backend == "flex" and is_causal and user_mask is None:
+        # a causal mask_mod and a cached block mask instead of a dense [Lq, Lk] mask
+        out, weights = _flex_run(query, key, value, spec, params, None, scale, dropout_p, False, is_causal=True)
     else:
         out, weights = BACKENDS[backend].run(
             query, key, value, spec, params, mask, scale, dropout_p, dropout_p > 0, need_weights=return_weights
@@ -403,10 +406,12 @@ def make_transformers_attention(backend: str | None):
                 "Was the model's attention implementation changed without `set_attn_implementation`?"
             )
         mask = attention_mask
+        # no mask from a causal model with several queries: transformers skipped a purely causal mask (no
+        # padding, as many queries as keys), so top-left causal is exact; blockwise and flex take it as is
+        causal_only = mask is None and getattr(module, "is_causal", False) and query.shape[2] > 1
         if mask is not None:
             mask = mask[:, :, :, : key.shape[-2]]
-        elif getattr(module, "is_causal", False) and query.shape[2] > 1:
-            mask = _causal_mask(query.shape[2], key.shape[2], query.device)[None, None]
+        dense_causal = None
         scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
         dropout = dropout if module.training else 0.0
         need_weights = bool(kwargs.get("output_attentions", False))
@@ -426,9 +431,17 @@ def make_transformers_attention(backend: str | None):
                         f"attn_implementation 'ssa_{use}' cannot run attention_scoring={spec.name!r} here: {refusal}."
                     )
             _log_once(spec.name, use, q.device, reason)
+            if causal_only and use in ("blockwise", "flex") and not need_weights:
+                runner = _blockwise_run if use == "blockwise" else _flex_run
+                return runner(q, k, v, spec, params, None, scale, dropout, module.training, is_causal=True)
             group_mask = mask
+            if causal_only:
+                nonlocal dense_causal
+                if dense_causal is None:
+                    dense_causal = _causal_mask(q.shape[2], k.shape[2], q.device)[None, None]
+                group_mask = dense_causal
             if _is_linear(spec):  # under torch.compile, read the mask without data-dependent checks
-                group_mask = linear_mask(mask, q.shape[2], k.shape[2], expect_causal=bool(getattr(module, "is_causal", False)))
+                group_mask = linear_mask(group_mask, q.shape[2], k.shape[2], expect_causal=bool(getattr(module, "is_causal", False)))
             return BACKENDS[use].run(q, k, v, spec, params, group_mask, scale, dropout, module.training, need_weights=need_weights)
 
         if isinstance(scoring, ScoringParameters):
@@ -444,14 +457,15 @@ def make_transformers_attention(backend: str | None):
 
 
 def boolean_mask(*args, **kwargs):
-    """Mask function for the ssa_* implementations: transformers' boolean mask (True = attend), never skipped.
+    """Mask function for the ssa_* implementations: transformers' boolean mask (True = attend).
 
-    Skipping the causal mask (as sdpa may) is off so the kernels always see padding; a bidirectional mask
-    without padding may still be None (full attention).
+    As for sdpa, transformers may skip the mask (None) when it is purely causal: no padding and as many
+    queries as keys (or one query); the attention function then applies top-left causal itself, without a
+    dense mask (blockwise and flex skip hidden tiles from it). A padded batch always gets its mask; a
+    bidirectional mask without padding may be None (full attention).
     """
     from transformers.masking_utils import sdpa_mask
 
-    kwargs["allow_is_causal_skip"] = False
     return sdpa_mask(*args, **kwargs)
 
 

@@ -620,8 +620,8 @@ def _direct_forward(query, key, value, b, n, attn_mask, causal, scale, ssa):
     if keep is not None:
         g = g.view(B, Hkv, G, Lq, Lk).masked_fill(~keep, _NEG_INF).view(B, Hkv, G * Lq, Lk)
     w = torch.softmax(g, dim=-1)
-    if keep is not None:
-        w = torch.nan_to_num_(w, nan=0.0)  # rows without a visible key: 0, not NaN
+    if keep is not None:  # rows without a visible key: 0, not NaN (NaN from NaN inputs stays NaN)
+        w = w.view(B, Hkv, G, Lq, Lk).masked_fill(~keep.any(-1, keepdim=True), 0.0).view(B, Hkv, G * Lq, Lk)
     out = torch.matmul(w, value.to(cd))  # [B, Hkv, G*Lq, Dv]
     return out.view(B, H, Lq, value.shape[-1]).to(query.dtype)
 

@@ -44,6 +44,21 @@ def _flex_fn(compile: bool | None):
     return _compiled_flex() if compile else flex_attention
 
 
+@lru_cache(maxsize=32)
+def _causal_block_mask(q_len: int, kv_len: int, zero_key: int | None, device: torch.device):
+    """Top-left causal (query i sees keys j <= i; softmax_1's appended zero key always visible)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if zero_key is None:
+        def mask_mod(b, h, q_idx, kv_idx):
+            return q_idx >= kv_idx
+    else:
+        def mask_mod(b, h, q_idx, kv_idx):
+            return (q_idx >= kv_idx) | (kv_idx == zero_key)
+
+    return create_block_mask(mask_mod, None, None, q_len, kv_len, device=device)
+
+
 def make_score_mod(spec: ScoringFunction, params: dict[str, Tensor], row_log_count: Tensor | None, zero_key: int | None):
     """Build the score_mod for `spec`. `row_log_count` [B, Lq]: log of keys per row (SSMax).
 
@@ -89,8 +104,14 @@ def flex_scored_attention(
     mask: Tensor | None,
     scale: float,
     compile: bool | None = None,
+    is_causal: bool = False,
 ) -> Tensor:
-    """query [B,H,Lq,D], key/value [B,Hkv,Lk,D]; mask bool broadcastable to [B,1,Lq,Lk] (True = attend) or None."""
+    """query [B,H,Lq,D], key/value [B,Hkv,Lk,D]; mask bool broadcastable to [B,1,Lq,Lk] (True = attend) or None.
+
+    `is_causal` (top-left, with mask=None): a causal mask_mod and a block mask cached per (Lq, Lk, device),
+    instead of a dense mask built and indexed on every call."""
+    if is_causal and mask is not None:
+        raise ValueError("flex_scored_attention: pass is_causal with mask=None, or fold the causal part into mask")
     from torch.nn.attention.flex_attention import create_block_mask
 
     if spec.logits is None:
@@ -107,9 +128,17 @@ def flex_scored_attention(
         kv_len += 1
     row_log_count = None
     if spec.needs_row_count:
-        counts = mask.expand(batch, 1, q_len, kv_len).sum(-1)[:, 0] if mask is not None else torch.full((batch, q_len), kv_len)
+        if mask is not None:
+            counts = mask.expand(batch, 1, q_len, kv_len).sum(-1)[:, 0]
+        elif is_causal:  # query i sees keys 0..i (and softmax_1's zero key)
+            real = kv_len - (zero_key is not None)
+            counts = (torch.arange(1, q_len + 1).clamp(max=real) + (kv_len - real)).expand(batch, q_len)
+        else:
+            counts = torch.full((batch, q_len), kv_len)
         row_log_count = torch.log(counts.clamp_min(1).float()).to(query.device)
     block_mask = None
+    if is_causal:
+        block_mask = _causal_block_mask(q_len, kv_len, zero_key, query.device)
     if mask is not None:
         dense = mask.expand(batch, 1, q_len, kv_len)
 

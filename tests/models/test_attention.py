@@ -89,6 +89,17 @@ def test_backend_agrees_with_eager(backend, scoring, grad, causal):
             torch.testing.assert_close(a, e, atol=1e-4, rtol=1e-4, msg=lambda m: f"grad {name}: {m}")
 
 
+@pytest.mark.parametrize("scoring", ["softmax", "temperature", "ssa", "ssmax", "softmax1"])
+def test_flex_causal_without_mask_agrees_with_eager(scoring):
+    """is_causal with no mask: flex uses a causal mask_mod and a cached block mask (no dense mask), SSMax counts
+    the keys of each causal row."""
+    (q, k, v), _ = make_inputs(q_len=37, kv_len=37)
+    params = params_for(scoring, grad=False)
+    out = scored_attention(q, k, v, scoring, params, is_causal=True, enable_gqa=True, backend="flex")
+    ref = scored_attention(q, k, v, scoring, params, is_causal=True, enable_gqa=True, backend="eager")
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("backend", ["eager", "blockwise", "flex"])
 def test_half_precision_is_finite_and_close_to_fp32(dtype, backend):

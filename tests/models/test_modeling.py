@@ -134,6 +134,8 @@ def test_remote_code_loads_without_ssa_hf(tmp_path):
         model = build(family, scoring)
         folder = tmp_path / f"{family}-{len(cases)}"
         model.save_pretrained(folder)
+        # the CPU kernels travel with the weights: blockwise.py and the C source it compiles (native.py)
+        assert (folder / "blockwise.py").is_file() and (folder / "native.py").is_file()
         tiny_tokenizer(masked=family == "bert").save_pretrained(folder)
         ids, mask = batch_for(model)
         with torch.no_grad():

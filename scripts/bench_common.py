@@ -1,0 +1,41 @@
+"""Helpers shared by the benchmark scripts (bench_attention.py, bench_model.py): glibc malloc pinning, the
+machine's busy fraction, comma-or-space separated options."""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+# where a long-running process's glibc malloc thresholds settle (REFERENCE section 5): without pinning them,
+# tile buffers are mapped and zeroed afresh or not depending on the process's history
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "1073741824"}
+
+
+def pin_malloc_env() -> None:
+    """Re-execute this script with MALLOC_ENV unless it is set already."""
+    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()):
+        return
+    os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **MALLOC_ENV})
+
+
+def split_args(values) -> list[str]:
+    """["a,b", "c"] -> ["a", "b", "c"]."""
+    out = []
+    for value in values:
+        out.extend(x for x in str(value).split(",") if x)
+    return out
+
+
+def busy_fraction(seconds: float = 1.0) -> float | None:
+    """Fraction of CPU time the whole machine spent busy over `seconds` (0 = idle), from /proc/stat."""
+    def read():
+        values = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        return sum(values), values[3] + values[4]
+
+    try:
+        t0, i0 = read()
+        time.sleep(seconds)
+        t1, i1 = read()
+    except (OSError, IndexError, ValueError):
+        return None
+    return round(1.0 - (i1 - i0) / max(1, t1 - t0), 3)
