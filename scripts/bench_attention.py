@@ -257,7 +257,8 @@ def main(argv=None) -> int:
             for label, backend, scoring in variants:
                 cell = {**base_cell, "length": length, "mode": mode, "variant": backend, "scoring": scoring,
                         "repeats": args.decode_repeats if mode == "decode" else args.repeats}
-                if backend == "eager" and mode != "decode" and length > args.eager_max_length:
+                quadratic = scoring not in ("linear", "cosformer")  # linear attention materialises nothing [L, L]
+                if backend == "eager" and quadratic and mode != "decode" and length > args.eager_max_length:
                     cells[label] = {"skipped": f"eager materialises [L, L] weights; L > --eager-max-length {args.eager_max_length}"}
                 else:
                     cells[label] = run_cell(cell, args.timeout_s)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "gpu_check.py"
 
@@ -42,3 +44,18 @@ def test_failed_check_gives_nonzero_exit(tmp_path, monkeypatch):
     assert module.main(["--cpu-smoke", "--skip-timing", "--output", str(tmp_path / "y.json")]) == 1
     result = json.loads((tmp_path / "y.json").read_text())
     assert result["passed"] is False and not any(c["passed"] for c in result["correctness"][:-1])
+
+
+@pytest.mark.gpu
+def test_flex_on_cuda_matches_eager(tmp_path):
+    """`pytest -m gpu` on a CUDA machine: the correctness half of the GPU check (flex SSA forward and backward,
+    b and n gradients, bf16, GQA, masks, the model's default backend) must pass."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device (this test is selected only with -m gpu)")
+    output = tmp_path / "gpu.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--skip-timing", "--output", str(output)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert json.loads(output.read_text())["passed"] is True
