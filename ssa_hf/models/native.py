@@ -10,7 +10,8 @@ split (|error| ~1e-7, the level of float32 rounding), which the C compiler vecto
 
 The source below is compiled once per machine with the system C compiler (``$CC``, else cc/gcc/clang; the
 same compiler TorchInductor needs) into a cache folder (``$SSA_HF_CACHE_DIR``, default ``~/.cache/ssa_hf``),
-keyed by a hash of source, flags and platform, written atomically so concurrent processes can share it.  When
+keyed by a hash of source, compiler, flags, platform and the CPU's model and features (the build uses
+-march=native), written atomically so concurrent processes can share it.  When
 no compiler works, or ``SSA_HF_BLOCKWISE_NATIVE=0``, the blockwise kernel runs the same math in torch ops
 (blockwise.py's ``_TorchTiles``): identical results up to float32 rounding, slower.
 
@@ -440,6 +441,17 @@ def _compilers():
     return seen
 
 
+def _cpu_signature():
+    """What -march=native depends on: the CPU's model and feature flags (a cache folder on a shared file system
+    must not hand one machine's build to a CPU without its instructions)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [line for line in f if line.startswith(("model name", "flags", "Features", "CPU part"))]
+        return "".join(sorted(set(lines)))
+    except OSError:
+        return platform.processor()
+
+
 def _build(directory):
     """Compile NATIVE_SOURCE; returns the path of the shared library (cached) or raises RuntimeError."""
     errors = []
@@ -448,7 +460,7 @@ def _build(directory):
         for extra in _FLAG_SETS:
             flags = _BASE_FLAGS + extra
             key = hashlib.sha256("\n".join([NATIVE_SOURCE, cc, " ".join(flags), platform.machine(), sys.platform,
-                                            torch.__version__]).encode()).hexdigest()[:20]
+                                            _cpu_signature(), torch.__version__]).encode()).hexdigest()[:20]
             target = os.path.join(directory, f"ssa_blockwise_{key}.so")
             if os.path.exists(target):
                 return target
@@ -533,7 +545,11 @@ def load_native_tiles():
     with _LOCK:
         if not _STATE["tried"]:
             try:
-                _STATE["tiles"] = NativeTiles(_build(_cache_dir()))
+                try:
+                    path = _build(_cache_dir())
+                except PermissionError:  # a read-only home or cache folder: build in the temporary folder
+                    path = _build(os.path.join(tempfile.gettempdir(), f"ssa_hf-{os.getuid()}", "native"))
+                _STATE["tiles"] = NativeTiles(path)
             except (RuntimeError, OSError) as exc:
                 warnings.warn(f"ssa-hf blockwise attention: the native tile kernels are unavailable ({exc}); running "
                               "the same math with torch ops (slower). Install a C compiler (gcc or clang) or set CC.")

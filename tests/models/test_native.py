@@ -209,3 +209,24 @@ def test_disabled_by_environment(monkeypatch):
     monkeypatch.setenv("SSA_HF_BLOCKWISE_NATIVE", "0")
     assert not native.native_enabled() and native.load_native_tiles() is None
     assert isinstance(bw._tile_ops(torch.float32, True, 1.0), bw._TorchTiles)
+
+
+def test_read_only_cache_folder_builds_in_the_temporary_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("SSA_HF_CACHE_DIR", str(tmp_path / "read-only"))
+    monkeypatch.setattr(native.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    real_build, tried = native._build, []
+
+    def build(directory):  # the cache folder refuses writes (root ignores chmod, so simulate it)
+        tried.append(directory)
+        if directory.startswith(str(tmp_path / "read-only")):
+            raise PermissionError(13, "Permission denied", directory)
+        return real_build(directory)
+
+    monkeypatch.setattr(native, "_build", build)
+    monkeypatch.setattr(native, "_STATE", {"tiles": None, "tried": False})
+    native.set_native_enabled(True)
+    try:
+        kernels = native.load_native_tiles()
+    finally:
+        native.set_native_enabled(None)
+    assert len(tried) == 2 and kernels is not None and kernels.path.startswith(str(tmp_path / "tmp"))
