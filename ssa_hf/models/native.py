@@ -169,6 +169,14 @@ static void ssa_share(int64_t rows, int64_t* start, int64_t* end) {
     *end = rows * (tid + 1) / nth;
 }
 
+/* for (each row hr of this thread's share of tile t, with cursor c) -- inside an omp parallel region */
+#define SSA_FOR_EACH_ROW(t, hr, c)                                                     \
+    int64_t hr##_start, hr##_end;                                                      \
+    ssa_share((t)->nh * (t)->rg, &hr##_start, &hr##_end);                              \
+    ssa_cursor c;                                                                      \
+    ssa_cursor_at((t), hr##_start, &c);                                                \
+    for (int64_t hr = hr##_start; hr < hr##_end; ++hr, ssa_cursor_next((t), &c))
+
 /* smallest and largest visible raw score of a row (literal has_mask, as in ssa_fwd_row) */
 static inline __attribute__((always_inline)) void ssa_row_range(const float* restrict row,
                                                                 const uint8_t* restrict mrow, int has_mask,
@@ -253,11 +261,7 @@ void ssa_blockwise_fwd(float* s, int64_t nh, int64_t rg, int64_t cols, int64_t G
     const int ssa = bvec != 0;
     #pragma omp parallel num_threads(nthreads)
     {
-    int64_t start, end;
-    ssa_share(nh * rg, &start, &end);
-    ssa_cursor cur;
-    ssa_cursor_at(&t, start, &cur);
-    for (int64_t hr = start; hr < end; ++hr, ssa_cursor_next(&t, &cur)) {
+    SSA_FOR_EACH_ROW(&t, hr, cur) {
         const uint8_t* mrow;
         int64_t pidx;
         int64_t cend = ssa_row(&t, &cur, &mrow, &pidx);
@@ -299,11 +303,7 @@ void ssa_blockwise_bwd(float* s, float* dp, int64_t nh, int64_t rg, int64_t cols
     const int ssa = bvec != 0;
     #pragma omp parallel num_threads(nthreads)
     {
-    int64_t start, end;
-    ssa_share(nh * rg, &start, &end);
-    ssa_cursor cur;
-    ssa_cursor_at(&t, start, &cur);
-    for (int64_t hr = start; hr < end; ++hr, ssa_cursor_next(&t, &cur)) {
+    SSA_FOR_EACH_ROW(&t, hr, cur) {
         const uint8_t* mrow;
         int64_t pidx;
         int64_t cend = ssa_row(&t, &cur, &mrow, &pidx);
