@@ -245,6 +245,8 @@ def main(argv=None) -> int:
     if bad:
         parser.error(f"unknown modes {sorted(bad)}; choose from {MODES}")
     variants = _variants(args)
+    from ssa_hf.models.linear import LINEAR_ATTENTIONS  # linear attention materialises nothing [L, L]
+
     busy_before = busy_fraction()
     base_cell = {"batch": args.batch, "heads": args.heads, "kv_heads": args.kv_heads or args.heads,
                  "head_dim": args.head_dim, "dtype": args.dtype, "threads": args.threads, "warmup": args.warmup,
@@ -257,7 +259,7 @@ def main(argv=None) -> int:
             for label, backend, scoring in variants:
                 cell = {**base_cell, "length": length, "mode": mode, "variant": backend, "scoring": scoring,
                         "repeats": args.decode_repeats if mode == "decode" else args.repeats}
-                quadratic = scoring not in ("linear", "cosformer")  # linear attention materialises nothing [L, L]
+                quadratic = scoring not in LINEAR_ATTENTIONS
                 if backend == "eager" and quadratic and mode != "decode" and length > args.eager_max_length:
                     cells[label] = {"skipped": f"eager materialises [L, L] weights; L > --eager-max-length {args.eager_max_length}"}
                 else:

@@ -31,7 +31,14 @@ import yaml
 
 from .models.configuration_common import ScoringConfigMixin
 from .models.scoring import ScoringModule
-from .presets import FAMILIES, MODEL_CLASSES, check_config_fields, config_field_names, count_parameters
+from .presets import (
+    FAMILIES,
+    MODEL_CLASSES,
+    check_config_fields,
+    checkout_folder,
+    config_field_names,
+    count_parameters,
+)
 from .reporting import atomic_write_bytes, atomic_write_json, markdown_table
 
 logger = logging.getLogger(__name__)
@@ -92,19 +99,7 @@ DEFAULT_IGNORE_PATTERNS = (
 
 def model_cards_dir() -> Path:
     """`$SSA_HF_MODEL_CARDS_DIR`, else `model_cards/` beside the `ssa_hf` package in the repository checkout."""
-    override = os.environ.get(MODEL_CARDS_ENV)
-    if override:
-        path = Path(override).expanduser()
-        if not path.is_dir():
-            raise FileNotFoundError(f"{MODEL_CARDS_ENV}={override!r} is not a folder; point it at model_cards/")
-        return path
-    path = Path(__file__).resolve().parents[1] / "model_cards"
-    if not path.is_dir():
-        raise FileNotFoundError(
-            f"no model_cards/ folder at {path} (ssa_hf is not running from a repository checkout); set "
-            f"{MODEL_CARDS_ENV} to the model_cards/ folder of an ssa-hf checkout or pass template=PATH"
-        )
-    return path
+    return checkout_folder("model_cards", MODEL_CARDS_ENV, "pass template=PATH")
 
 
 def _read_mapping(value: Mapping | str | os.PathLike | None, what: str) -> dict | None:

@@ -50,21 +50,27 @@ MODEL_CLASSES: dict[str, dict[str, type]] = {
 DEFAULT_TASK = {"ssa_llama": "causal_lm", "ssa_bert": "masked_lm"}
 
 
-def configs_dir() -> Path:
-    """The `configs/` folder: `$SSA_HF_CONFIGS_DIR`, else the one beside the `ssa_hf` package in the checkout."""
-    override = os.environ.get(CONFIGS_ENV)
+def checkout_folder(name: str, env: str, alternative: str) -> Path:
+    """`$env`, else the folder `name` beside the `ssa_hf` package in the repository checkout (configs/,
+    model_cards/); `alternative` says what else the caller accepts when neither exists."""
+    override = os.environ.get(env)
     if override:
         path = Path(override).expanduser()
         if not path.is_dir():
-            raise FileNotFoundError(f"{CONFIGS_ENV}={override!r} is not a folder; point it at the configs/ folder")
+            raise FileNotFoundError(f"{env}={override!r} is not a folder; point it at the {name}/ folder")
         return path
-    path = Path(__file__).resolve().parents[1] / "configs"
+    path = Path(__file__).resolve().parents[1] / name
     if not path.is_dir():
         raise FileNotFoundError(
-            f"no configs/ folder at {path} (ssa_hf is not running from a repository checkout); "
-            f"set {CONFIGS_ENV} to the configs/ folder of an ssa-hf checkout, or pass a preset file path"
+            f"no {name}/ folder at {path} (ssa_hf is not running from a repository checkout); "
+            f"set {env} to the {name}/ folder of an ssa-hf checkout, or {alternative}"
         )
     return path
+
+
+def configs_dir() -> Path:
+    """The `configs/` folder: `$SSA_HF_CONFIGS_DIR`, else the one beside the `ssa_hf` package in the checkout."""
+    return checkout_folder("configs", CONFIGS_ENV, "pass a preset file path")
 
 
 def presets_dir() -> Path:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 
 def run(args) -> int:
+    from ..evaluation._config import load_config
     from ..evaluation.compare import CompareConfig, run_compare
 
     names = args.names.split(",") if args.names else None
     overrides = dict(results=args.results or None, names=names, output_dir=args.output_dir, title=args.title)
-    if args.config:
-        config = CompareConfig.from_yaml(args.config, **overrides)
-    else:
-        config = CompareConfig(**{k: v for k, v in overrides.items() if v is not None})
+    config = load_config(CompareConfig, args.config, **overrides)
     config.output_dir = config.output_dir or "outputs/compare"
     result = run_compare(config)
     print(result.markdown)

@@ -9,6 +9,7 @@ def _limit(text: str) -> int | float:
 
 
 def run(args) -> int:
+    from ..evaluation._config import load_config
     from ..evaluation.harness import DEFAULT_TASKS, EvalConfig, run_eval_models
     from ..evaluation.lm_tasks import write_local_tasks
 
@@ -47,10 +48,7 @@ def run(args) -> int:
         output_dir=args.output_dir,
         log_samples=args.log_samples or None,
     )
-    if args.config:
-        config = EvalConfig.from_yaml(args.config, **overrides)
-    else:
-        config = EvalConfig(**{k: v for k, v in overrides.items() if v is not None})
+    config = load_config(EvalConfig, args.config, **overrides)
     config.output_dir = config.output_dir or "outputs/eval"
     names = [n for n in args.names.split(",")] if args.names else None
     results = run_eval_models(config, list(args.models), names)

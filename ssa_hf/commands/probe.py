@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 def run(args) -> int:
+    from ..evaluation._config import load_config
     from ..evaluation.zorro import ProbeConfig, run_probe
 
     overrides = dict(
@@ -25,10 +26,7 @@ def run(args) -> int:
         name=args.name,
         save_scores=args.save_scores or None,
     )
-    if args.config:
-        config = ProbeConfig.from_yaml(args.config, **overrides)
-    else:
-        config = ProbeConfig(**{k: v for k, v in overrides.items() if v is not None})
+    config = load_config(ProbeConfig, args.config, **overrides)
     config.output_dir = config.output_dir or "outputs/probe"
     results = run_probe(config, progress=not args.no_progress)
     from ..evaluation.report import zorro_markdown

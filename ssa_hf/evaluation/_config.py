@@ -17,6 +17,14 @@ def config_from_dict(cls: type[T], values: dict[str, Any], source: str = "config
     return cls(**values)
 
 
+def load_config(cls: type[T], path: str | Path | None, **overrides: Any) -> T:
+    """`cls` from the YAML file `path` with `overrides` on top, or from `overrides` alone when there is no file
+    (None values are ignored either way: they are options the user did not give)."""
+    if path:
+        return config_from_yaml(cls, path, **overrides)
+    return cls(**{k: v for k, v in overrides.items() if v is not None})
+
+
 def config_from_yaml(cls: type[T], path: str | Path, **overrides: Any) -> T:
     """`cls` from a YAML mapping, with `overrides` (e.g. from the command line; None values are ignored) on top."""
     import yaml

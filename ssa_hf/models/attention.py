@@ -269,13 +269,9 @@ def scored_attention(
         mask = attn_mask
         while mask.dim() < 4:
             mask = mask.unsqueeze(0)
-    user_mask = mask
     if _is_linear(spec):
         # causal structure + key padding, never materialised as [Lq, Lk] (refuses other mask patterns)
         mask = linear_mask(mask, q_len, kv_len, is_causal)
-    elif is_causal:
-        causal = _causal_mask(q_len, kv_len, query.device)[None, None]
-        mask = causal if mask is None else mask & causal
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
     needs_grad = torch.is_grad_enabled() and any(
         t.requires_grad for t in (query, key, value, *params.values())
@@ -294,11 +290,14 @@ def scored_attention(
     _log_once(spec.name, backend, query.device, reason)
     if backend == "blockwise" and is_causal:
         # the kernel skips hidden tiles from `is_causal` alone; no [Lq, Lk] mask is built or read
-        out, weights = _blockwise_run(query, key, value, spec, params, user_mask, scale, dropout_p, False, is_causal=True)
-    elif backend == "flex" and is_causal and user_mask is None:
+        out, weights = _blockwise_run(query, key, value, spec, params, mask, scale, dropout_p, False, is_causal=True)
+    elif backend == "flex" and is_causal and mask is None:
         # a causal mask_mod and a cached block mask instead of a dense [Lq, Lk] mask
         out, weights = _flex_run(query, key, value, spec, params, None, scale, dropout_p, False, is_causal=True)
     else:
+        if is_causal and not _is_linear(spec):  # the other backends read causal structure from a dense mask
+            causal = _causal_mask(q_len, kv_len, query.device)[None, None]
+            mask = causal if mask is None else mask & causal
         out, weights = BACKENDS[backend].run(
             query, key, value, spec, params, mask, scale, dropout_p, dropout_p > 0, need_weights=return_weights
         )

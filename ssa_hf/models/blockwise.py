@@ -63,14 +63,14 @@ _TILE_ELEMS = 1 << 18
 # ----------------------------------------------------------------------------------------------------------
 
 
+def _g(x, b, n, ssa):
+    """SSA's g(x) = n sgn(x) log(1 + b|x|) of scaled scores x (b, n broadcast to x), or x itself for softmax."""
+    return torch.copysign(n * torch.log(1.0 + b * x.abs()), x) if ssa else x
+
+
 def _fwd_static(s, b, n, bound, l_prev, mask, scale, ssa):
     """P = exp(g - bound) (0 where masked) and the running row sums l_prev + sum(P)."""
-    x = s * scale
-    if ssa:
-        g = torch.copysign(n * torch.log(1.0 + b * x.abs()), x)
-    else:
-        g = x
-    p = torch.exp(g - bound.unsqueeze(-1))
+    p = torch.exp(_g(s * scale, b, n, ssa) - bound.unsqueeze(-1))
     if mask is not None:
         p = torch.where(mask, p, 0.0)
     return p, l_prev + p.sum(-1)
@@ -86,22 +86,12 @@ def _fwd_online(s, b, n, m_prev, l_prev, mask, scale, ssa):
         s_lo = torch.where(mask, s, _POS_INF).amin(-1)
     # g is monotone in s, so the row maximum of g is g at one of the extreme scores (one log per score, not
     # two).  A row with no visible key in this tile has s_hi = -inf.
-    x_hi, x_lo = s_hi * scale, s_lo * scale
-    if ssa:
-        b4, n4 = b.squeeze(-1), n.squeeze(-1)
-        g_hi = torch.copysign(n4 * torch.log(1.0 + b4 * x_hi.abs()), x_hi)
-        g_lo = torch.copysign(n4 * torch.log(1.0 + b4 * x_lo.abs()), x_lo)
-    else:
-        g_hi, g_lo = x_hi, x_lo
+    b4, n4 = b.squeeze(-1), n.squeeze(-1)
+    g_hi, g_lo = _g(s_hi * scale, b4, n4, ssa), _g(s_lo * scale, b4, n4, ssa)
     m_tile = torch.where(s_hi == _NEG_INF, _NEG_INF, torch.maximum(g_hi, g_lo))
     m_new = torch.maximum(m_prev, m_tile)
     m_safe = torch.where(m_new == _NEG_INF, 0.0, m_new)
-    x = s * scale
-    if ssa:
-        g = torch.copysign(n * torch.log(1.0 + b * x.abs()), x)
-    else:
-        g = x
-    p = torch.exp(g - m_safe.unsqueeze(-1))
+    p = torch.exp(_g(s * scale, b, n, ssa) - m_safe.unsqueeze(-1))
     if mask is not None:
         p = torch.where(mask, p, 0.0)
     alpha = torch.exp(m_prev - m_safe)
@@ -301,7 +291,8 @@ def _head_groups(B, Hkv, G, bq, bk):
 
 
 def _run_forward(q, k, v, b5, n5, masks, scale, bq, bk, B, Hkv, G, need_lse, ssa):
-    """q: [N, Lq*G, D] with rows ordered (position, group head); k, v: [N, Lk, D].  Returns o, lse (or None)."""
+    """q: [N, Lq*G, D] with rows ordered (position, group head); k, v: [N, Lk, D].  Returns o, lse (or None) and
+    whether every score was finite (the backward picks its tile code from it)."""
     N, LqG, _ = q.shape
     Lq = LqG // G
     Lk = k.shape[1]
@@ -364,10 +355,11 @@ def _run_forward(q, k, v, b5, n5, masks, scale, bq, bk, B, Hkv, G, need_lse, ssa
                 else:
                     m_fin = torch.where(m == _NEG_INF, 0.0, m)
                     lse4[b0:b1, h0:h1, i0:i1] = torch.where(empty, _POS_INF, m_fin + torch.log(l))
-    return o, lse
+    return o, lse, finite
 
 
-def _run_backward(q, k, v, o, lse, do, b5, n5, masks, scale, bq, bk, B, Hkv, G, need_bn, ssa):
+def _run_backward(q, k, v, o, lse, do, b5, n5, masks, scale, bq, bk, B, Hkv, G, need_bn, ssa, finite):
+    """Gradients of one call; `finite`: the forward found every score finite (see _tile_ops)."""
     N, LqG, D = q.shape
     Lq = LqG // G
     Lk = k.shape[1]
@@ -384,7 +376,6 @@ def _run_backward(q, k, v, o, lse, do, b5, n5, masks, scale, bq, bk, B, Hkv, G, 
     dv = q.new_empty((N, Lk, Dv))
     need_bn = bool(need_bn and ssa)
     dn_rows = q.new_zeros((B, Hkv, Lq, G)) if need_bn else None
-    finite = bool(torch.isfinite(_row_bound(q, k, b5, n5, scale, B, Hkv, G, ssa)).all())  # as in the forward
     ops = _tile_ops(q.dtype, ssa, scale, finite)
     for b0, b1, h0, h1 in _head_groups(B, Hkv, G, bq, bk):
         gb, gh = b1 - b0, h1 - h0
@@ -508,9 +499,9 @@ class _BlockwiseAttention(torch.autograd.Function):
         q, k, v, b5, n5 = _prepare(query, key, value, b, n, B, Hkv, G)
         with torch.no_grad():
             masks = _Masks(mask5, causal, query.device)
-            o, lse = _run_forward(q, k, v, b5, n5, masks, scale, bq, bk, B, Hkv, G, True, ssa)
+            o, lse, finite = _run_forward(q, k, v, b5, n5, masks, scale, bq, bk, B, Hkv, G, True, ssa)
         ctx.save_for_backward(q, k, v, o, lse, b5, n5, mask5)
-        ctx.meta = (causal, scale, bq, bk, B, Hkv, G, ssa, query.dtype, key.dtype, value.dtype, key.shape,
+        ctx.meta = (causal, scale, bq, bk, B, Hkv, G, ssa, finite, query.dtype, key.dtype, value.dtype, key.shape,
                     value.shape, None if b is None else b.dtype, None if n is None else n.dtype)
         return _from_rows(o, B, Hkv, G, query.dtype)
 
@@ -518,12 +509,12 @@ class _BlockwiseAttention(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
         q, k, v, o, lse, b5, n5, mask5 = ctx.saved_tensors
-        causal, scale, bq, bk, B, Hkv, G, ssa, qdt, kdt, vdt, kshape, vshape, bdt, ndt = ctx.meta
+        causal, scale, bq, bk, B, Hkv, G, ssa, finite, qdt, kdt, vdt, kshape, vshape, bdt, ndt = ctx.meta
         need_bn = ssa and (ctx.needs_input_grad[3] or ctx.needs_input_grad[4])
         do = _to_rows(grad_out, B, Hkv, G, q.dtype)
         masks = _Masks(mask5, causal, q.device)
         dq, dk, dv, dn, db = _run_backward(q, k, v, o, lse, do, b5, n5, masks, scale, bq, bk, B, Hkv, G, need_bn,
-                                           ssa)
+                                           ssa, finite)
         dq = _from_rows(dq, B, Hkv, G, qdt)
         dk = dk.view(kshape).to(kdt)
         dv = dv.view(vshape).to(vdt)
@@ -742,5 +733,5 @@ def blockwise_attention(query, key, value, b=None, n=None, attn_mask=None, is_ca
             return out
         q, k, v, b5, n5 = _prepare(query, key, value, b, n, B, Hkv, G)
         masks = _Masks(mask5, bool(is_causal), query.device)
-        o, _ = _run_forward(q, k, v, b5, n5, masks, scale, bq, bk, B, Hkv, G, False, ssa)
+        o, _, _ = _run_forward(q, k, v, b5, n5, masks, scale, bq, bk, B, Hkv, G, False, ssa)
         return _from_rows(o, B, Hkv, G, query.dtype)

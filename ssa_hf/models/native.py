@@ -456,11 +456,12 @@ def _build(directory):
     """Compile NATIVE_SOURCE; returns the path of the shared library (cached) or raises RuntimeError."""
     errors = []
     os.makedirs(directory, exist_ok=True)
+    cpu = _cpu_signature()
     for cc in _compilers():
         for extra in _FLAG_SETS:
             flags = _BASE_FLAGS + extra
             key = hashlib.sha256("\n".join([NATIVE_SOURCE, cc, " ".join(flags), platform.machine(), sys.platform,
-                                            _cpu_signature(), torch.__version__]).encode()).hexdigest()[:20]
+                                            cpu, torch.__version__]).encode()).hexdigest()[:20]
             target = os.path.join(directory, f"ssa_blockwise_{key}.so")
             if os.path.exists(target):
                 return target
@@ -548,7 +549,8 @@ def load_native_tiles():
                 try:
                     path = _build(_cache_dir())
                 except PermissionError:  # a read-only home or cache folder: build in the temporary folder
-                    path = _build(os.path.join(tempfile.gettempdir(), f"ssa_hf-{os.getuid()}", "native"))
+                    user = getattr(os, "getuid", lambda: "user")()
+                    path = _build(os.path.join(tempfile.gettempdir(), f"ssa_hf-{user}", "native"))
                 _STATE["tiles"] = NativeTiles(path)
             except (RuntimeError, OSError) as exc:
                 warnings.warn(f"ssa-hf blockwise attention: the native tile kernels are unavailable ({exc}); running "
