@@ -158,7 +158,7 @@ def choose_backend(spec: ScoringFunction, device: torch.device, needs_grad: bool
     if _is_linear(spec):
         return "eager", "linear attention (linear-time form)"
     if device.type == "cpu" and BACKENDS["blockwise"].refuses(spec, needs_grad, device, dropout) is None:
-        return "blockwise", "CPU kernel (tiled, native tile code)"
+        return "blockwise", "fused CPU kernel"
     if q_len * kv_len <= _SMALL_PROBLEM:
         return "eager", "small problem"
     if device.type == "cuda" and BACKENDS["flex"].refuses(spec, needs_grad, device, dropout) is None:

@@ -1,418 +1,627 @@
-"""Native per-tile kernels of the blockwise attention (C, compiled on first use, loaded with ctypes).
+"""The fused CPU attention kernel (C++, built with torch.utils.cpp_extension on first use) and its build cache.
 
-The blockwise kernel (blockwise.py) runs its matrix products with torch (MKL/oneDNN) and everything between
-them, the per-tile elementwise work, here: one pass over each tile of raw scores that applies the scoring
-function, exponentiates, masks and reduces (forward), or recomputes P and forms dS and the per-row dn terms
-(backward).  Why C: SSA's g(s) = n sgn(s) log(1 + b|s|) needs a logarithm per score, and the vectorised logs
-that torch and TorchInductor call cost ~3x their exp (measured on the 2-core AVX-512 development machine:
-~190 us vs ~55 us per 2^18-score tile).  Here log and exp are short polynomials after an exponent/mantissa
-split (|error| ~1e-7, the level of float32 rounding), which the C compiler vectorises: ~85 us per tile.
+One native call per forward and one per backward: the loop over (batch, key/value head, query block) runs in a
+single parallel region on torch's intra-op thread pool (``at::parallel_for``, so ``torch.set_num_threads``
+applies and no second thread team is created), work items handed out dynamically so that a thread the
+scheduler delays (other processes on the machine) holds nobody up.  Tile products go through the CPU BLAS torch
+links (MKL's ``sgemm_``, one thread per worker); between them, SSA's g(s) = n sgn(s) log(1 + b|s|), the mask, the
+exponential and the online (or fixed-offset) normalisation are one vectorised pass per tile.  log and exp are
+short polynomials after an exponent/mantissa split (|error| ~1e-7, float32 rounding level): the vectorised
+logs of libm and torch cost ~3x their exp.  blockwise.py wraps the two entry points in a torch custom op and
+keeps the same math in torch ops (float64, and machines where the build fails).
 
-The source below is compiled once per machine with the system C compiler (``$CC``, else cc/gcc/clang; the
-same compiler TorchInductor needs) into a cache folder (``$SSA_HF_CACHE_DIR``, default ``~/.cache/ssa_hf``),
-keyed by a hash of source, compiler, flags, platform and the CPU's model and features (the build uses
--march=native), written atomically so concurrent processes can share it.  When
-no compiler works, or ``SSA_HF_BLOCKWISE_NATIVE=0``, the blockwise kernel runs the same math in torch ops
-(blockwise.py's ``_TorchTiles``): identical results up to float32 rounding, slower.
+Build cache (compiled code runs in this process, so it is loaded only from a place only this user can write):
+- folder ``$SSA_HF_CACHE_DIR/native`` (default ``~/.cache/ssa_hf/native``), created with mode 0700; a folder
+  that belongs to another user is refused (the torch path runs, one warning); one of ours that others can
+  write is emptied and closed (0700) before use;
+- a library is loaded only when its folder and file belong to this user, are not group/world-writable, and
+  its SHA-256 matches the one recorded when it was built; otherwise it is rebuilt (one warning);
+- builds are serialised by a file lock: concurrent first uses in several processes make one build;
+- the key of a build hashes the source, compiler flags, torch and Python versions and the CPU's model and
+  features (the build uses -march=native).
+``SSA_HF_BLOCKWISE_NATIVE=0`` (or ``set_native_enabled(False)``) turns the native kernel off: the torch path
+runs, with one warning saying so.  The build needs a C++ compiler (``$CXX`` or c++) and ninja (a dependency).
 
-Only float32 tiles run here (float16/bfloat16 inputs are computed in float32 by the blockwise kernel anyway);
-float64 stays in torch.  Threads: OpenMP with ``torch.get_num_threads()`` threads.
-
-Part of the remote-code unit: imports only torch and the standard library.
+Part of the remote-code unit: imports only torch, the standard library and filelock (a transformers dependency).
 """
 
-import ctypes
 import hashlib
 import os
 import platform
 import shutil
-import subprocess
+import stat
 import sys
-import tempfile
 import threading
 import warnings
 
 import torch
 
-__all__ = ["NativeTiles", "load_native_tiles", "native_enabled", "set_native_enabled", "NATIVE_SOURCE"]
+__all__ = ["load_kernels", "native_enabled", "set_native_enabled", "cache_root", "load_library", "NATIVE_SOURCE"]
 
-# Layout of a tile (see blockwise.py): raw scores s [nh, RG, C] float32 contiguous, nh = gb * gh tile heads,
-# RG = R * G rows ordered (query position r, group head g), C keys.  Per-head parameters b, n: [gh * G].
-# Row arrays (m, l, alpha, lse, delta, dn): [nh * RG] contiguous.  Masks: either `causal` (column c of row r is
-# visible iff c <= r + coff) or a bool tile [mb, mh, R, mg, C] contiguous with mb in {1, gb}, mh in {1, gh},
-# mg in {1, G} (broadcast where 1), or none (every key visible).
 NATIVE_SOURCE = r"""
-#include <stdint.h>
-#include <math.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+// SSA / softmax attention for CPU: one parallel region per call (torch's intra-op pool), tile products
+// through the CPU BLAS (MKL's sgemm_ as linked into torch), scoring, masking and online normalisation fused
+// in between.  float32 only; see blockwise.py for the layouts and the torch oracle.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
 
-typedef union { float f; int32_t i; } ssa_bits;
+// MKL (torch's BLAS on x86) runs nested teams inside a parallel region unless told otherwise (torch turns its
+// dynamic adjustment off): each worker asks for a sequential sgemm.  Weak, so that builds without MKL load too.
+extern "C" int mkl_set_num_threads_local_(const int*) __attribute__((weak));
+extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+                       const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
+                       const float* beta, float* c, const int* ldc);
 
-#define SSA_LOG2E 1.4426950408889634f
-#define SSA_LN2 0.6931471805599453f
+namespace {
 
-#define SSA_LOG2E_D 1.4426950408889634
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr double kLog2eD = 1.4426950408889634;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kInf = std::numeric_limits<float>::infinity();
 
-/* Everything in the loops is in base 2 (one multiply fewer per score each way): g2 = g * log2(e),
-   P = 2^(g2 - offset * log2(e)).  The row offset in base 2 is kept as a float pair (hi + lo): its rounding
-   would otherwise scale a whole row of P by up to 1 + 1e-7 * |offset|, which the backward's dn sums amplify. */
-
-/* log2(y) for finite y >= 1.  y = 2^e * m with m in [sqrt(1/2), sqrt(2)); ln(m) = x - x^2/2 + x^3 P(x),
-   x = m - 1, P a least-squares fit (max error 7e-8). */
-static inline __attribute__((always_inline)) float ssa_log2_ge1(float y) {
-    ssa_bits u, mm;
-    u.f = y;
-    int32_t adj = u.i + (0x3f800000 - 0x3f3504f3);
-    int32_t e = (adj >> 23) - 127;
-    mm.i = (adj & 0x007fffff) + 0x3f3504f3;
-    float x = mm.f - 1.0f;
-    float z = x * x;
-    float p = 0.09272283084f;
-    p = p * x - 0.1411843188f;
-    p = p * x + 0.1467637877f;
-    p = p * x - 0.1659285518f;
-    p = p * x + 0.1998512912f;
-    p = p * x - 0.2500092169f;
-    p = p * x + 0.3333341026f;
-    return (x - 0.5f * z + z * x * p) * SSA_LOG2E + (float)e;
+// Row-major C[m x n] = alpha op(A)[m x k] op(B)[k x n] + beta C, through the column-major BLAS
+// (C^T = op(B)^T op(A)^T).  A is [m x k] (ta false) or [k x m] (ta true) with row stride lda; B likewise.
+inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
+  const char fa = tb ? 'T' : 'N', fb = ta ? 'T' : 'N';
+  const int M = (int)n, N = (int)m, K = (int)k, LA = (int)ldb, LB = (int)lda, LC = (int)ldc;
+  sgemm_(&fa, &fb, &M, &N, &K, &alpha, B, &LA, A, &LB, &beta, C, &LC);
 }
 
-/* 2^t for finite t <= ~0: 2^k * 2^f, |f| <= 1/2, 2^f = 1 + f Q(f) (relative error 5e-9); exactly 0 below -126,
-   where float32 leaves the normal range.  No inf/NaN handling: the caller (blockwise.py) sends tiles here only
-   when every score is finite, and runs the others with torch ops. */
-static inline __attribute__((always_inline)) float ssa_exp2_le0(float t) {
-    float tc = t < -126.0f ? -126.0f : t;
-    float kf = (tc + 12582912.0f) - 12582912.0f;
-    float f = tc - kf;
-    float q = 0.0001546144746f;
-    q = q * f + 0.001339086735f;
-    q = q * f + 0.00961805667f;
-    q = q * f + 0.05550357104f;
-    q = q * f + 0.2402265092f;
-    q = q * f + 0.693147188f;
-    float r = 1.0f + f * q;
-    ssa_bits sc;
-    sc.i = ((int32_t)kf + 127) << 23;
-    r = r * sc.f;
-    return t < -126.0f ? 0.0f : r;
+union Bits { float f; int32_t i; };
+
+// log2(y) for finite y >= 1: exponent/mantissa split, ln(m) = x - x^2/2 + x^3 P(x) (max error 7e-8)
+inline __attribute__((always_inline)) float log2_ge1(float y) {
+  Bits u, mm;
+  u.f = y;
+  int32_t adj = u.i + (0x3f800000 - 0x3f3504f3);
+  int32_t e = (adj >> 23) - 127;
+  mm.i = (adj & 0x007fffff) + 0x3f3504f3;
+  float x = mm.f - 1.0f;
+  float z = x * x;
+  float p = 0.09272283084f;
+  p = p * x - 0.1411843188f;
+  p = p * x + 0.1467637877f;
+  p = p * x - 0.1659285518f;
+  p = p * x + 0.1998512912f;
+  p = p * x - 0.2500092169f;
+  p = p * x + 0.3333341026f;
+  return (x - 0.5f * z + z * x * p) * kLog2e + (float)e;
 }
 
-/* g2(s) = g(s) log2(e): n sgn(x) log2(1 + b|x|) (ssa) or x log2(e) (softmax), x = scale * s */
-static inline __attribute__((always_inline)) float ssa_g2(float v, float scale, int ssa, float b, float n) {
-    float x = v * scale;
-    if (!ssa) return x * SSA_LOG2E;
-    float a = n * ssa_log2_ge1(1.0f + b * fabsf(x));
-    return x < 0.0f ? -a : a;
+// 2^t for finite t <= ~0 (relative error 5e-9); exactly 0 below -126
+inline __attribute__((always_inline)) float exp2_le0(float t) {
+  float tc = t < -126.0f ? -126.0f : t;
+  float kf = (tc + 12582912.0f) - 12582912.0f;
+  float f = tc - kf;
+  float q = 0.0001546144746f;
+  q = q * f + 0.001339086735f;
+  q = q * f + 0.00961805667f;
+  q = q * f + 0.05550357104f;
+  q = q * f + 0.2402265092f;
+  q = q * f + 0.693147188f;
+  float r = 1.0f + f * q;
+  Bits sc;
+  sc.i = ((int32_t)kf + 127) << 23;
+  r = r * sc.f;
+  return t < -126.0f ? 0.0f : r;
 }
 
-/* the same with libm: used once per row for the online maximum */
-static inline __attribute__((always_inline)) float ssa_g_exact(float v, float scale, int ssa, float b, float n) {
-    float x = v * scale;
-    if (!ssa) return x;
-    float a = n * log1pf(b * fabsf(x));
-    return x < 0.0f ? -a : a;
+// g(s) log2(e) of a raw score: n sgn(x) log2(1 + b|x|) (ssa) or x log2(e) (softmax), x = scale * s
+template <bool SSA>
+inline __attribute__((always_inline)) float g2(float v, float scale, float b, float n) {
+  float x = v * scale;
+  if constexpr (!SSA) return x * kLog2e;
+  float a = n * log2_ge1(1.0f + b * std::fabs(x));
+  return x < 0.0f ? -a : a;
 }
 
-typedef struct {
-    int64_t nh, rg, cols, G, gh, R;
-    const uint8_t* mask; int64_t mb, mh, mg;
-    int64_t causal, coff;
-} ssa_tile;
-
-/* position of a row in the tile: tile head i = bi * gh + hh, query position r, group head g.  Rows are walked
-   in order with a cursor (no divisions per row). */
-typedef struct { int64_t bi, hh, r, g; } ssa_cursor;
-
-static void ssa_cursor_at(const ssa_tile* t, int64_t hr, ssa_cursor* c) {
-    int64_t i = hr / t->rg, rr = hr % t->rg;
-    c->bi = i / t->gh; c->hh = i % t->gh; c->r = rr / t->G; c->g = rr % t->G;
+// g(s) with libm, once per row (online maximum)
+inline float g_exact(float v, float scale, bool ssa, float b, float n) {
+  float x = v * scale;
+  if (!ssa) return x;
+  float a = n * std::log1p(b * std::fabs(x));
+  return x < 0.0f ? -a : a;
 }
 
-static inline __attribute__((always_inline)) void ssa_cursor_next(const ssa_tile* t, ssa_cursor* c) {
-    if (++c->g < t->G) return;
-    c->g = 0;
-    if (++c->r < t->R) return;
-    c->r = 0;
-    if (++c->hh < t->gh) return;
-    c->hh = 0;
-    ++c->bi;
-}
+// a mask row: nullptr = every key in [0, cend) visible; else one byte per key
+struct Row {
+  int64_t cend;
+  const uint8_t* mask;
+};
 
-/* the visible column range [0, cend) of the cursor's row, its explicit mask row (or NULL), its parameter index */
-static inline __attribute__((always_inline)) int64_t ssa_row(const ssa_tile* t, const ssa_cursor* c,
-                                                             const uint8_t** mrow, int64_t* pidx) {
-    *pidx = c->hh * t->G + c->g;
-    *mrow = 0;
-    if (t->mask) {
-        int64_t bi = t->mb > 1 ? c->bi : 0, hi = t->mh > 1 ? c->hh : 0, gi = t->mg > 1 ? c->g : 0;
-        *mrow = t->mask + (((bi * t->mh + hi) * t->R + c->r) * t->mg + gi) * t->cols;
+struct Problem {
+  const float *q, *k, *v;      // [B, H, Lq, D], [B, Hkv, Lk, D], [B, Hkv, Lk, Dv]
+  int64_t B, H, Hkv, G, Lq, Lk, D, Dv;
+  const float *b, *n;          // [H] (ssa) or nullptr (softmax)
+  float scale;
+  bool causal;                 // top-left: query i sees keys j <= i
+  const uint8_t* mask;         // bool, indexable as [B, H, Lq, Lk] with the strides below (0 = broadcast)
+  int64_t msb, msh, msi, msj;
+  int64_t bq, bk;              // query positions per work item, keys per tile
+  float fixed_max;             // largest row bound for which the forward uses it as a fixed row offset
+
+  // visible keys of query position i in the key tile [j0, j0 + C) of (batch bi, head h)
+  inline Row row(int64_t bi, int64_t h, int64_t i, int64_t j0, int64_t C) const {
+    Row r{C, nullptr};
+    if (causal) r.cend = std::max<int64_t>(0, std::min<int64_t>(C, i - j0 + 1));
+    if (mask) {
+      const uint8_t* base = mask + bi * msb + h * msh + i * msi;
+      if (msj == 0) {
+        if (!base[0]) r.cend = 0;
+      } else {
+        r.mask = base + j0;
+      }
     }
-    int64_t cend = t->cols;
-    if (t->causal) {
-        int64_t last = c->r + t->coff;
-        cend = last + 1 < cend ? last + 1 : cend;
-        if (cend < 0) cend = 0;
+    return r;
+  }
+};
+
+// P = 2^(g2 - off2) over visible keys (0 elsewhere) written over the row; returns the row sum.  The offset in
+// base 2 is a float pair (hi + lo): its rounding would otherwise scale a whole row of P by up to
+// 1 + 1e-7 |offset|, which the backward's dn sums amplify.
+template <bool SSA, bool MASK>
+inline float fwd_row(float* __restrict row, const uint8_t* __restrict mrow, int64_t cend, int64_t cols,
+                     float scale, float b, float n, float off) {
+  const float o2 = (float)((double)off * kLog2eD), o2lo = (float)((double)off * kLog2eD - o2);
+  float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t c = 0; c < cend; ++c) {
+    float e = exp2_le0((g2<SSA>(row[c], scale, b, n) - o2) - o2lo);
+    if constexpr (MASK) e = mrow[c] != 0 ? e : 0.0f;
+    row[c] = e;
+    acc += e;
+  }
+  for (int64_t c = cend; c < cols; ++c) row[c] = 0.0f;
+  return acc;
+}
+
+inline float fwd_row_any(float* row, const Row& r, int64_t cols, float scale, bool ssa, float b, float n,
+                         float off) {
+  if (ssa) return r.mask ? fwd_row<true, true>(row, r.mask, r.cend, cols, scale, b, n, off)
+                         : fwd_row<true, false>(row, r.mask, r.cend, cols, scale, b, n, off);
+  return r.mask ? fwd_row<false, true>(row, r.mask, r.cend, cols, scale, b, n, off)
+                : fwd_row<false, false>(row, r.mask, r.cend, cols, scale, b, n, off);
+}
+
+// smallest and largest visible raw score of a row
+template <bool MASK>
+inline void row_range(const float* __restrict row, const uint8_t* __restrict mrow, int64_t cend, float* lo,
+                      float* hi) {
+  float h = -kInf, l = kInf;
+#pragma omp simd reduction(max : h) reduction(min : l)
+  for (int64_t c = 0; c < cend; ++c) {
+    float v = row[c];
+    float vh = v, vl = v;
+    if constexpr (MASK) {
+      vh = mrow[c] != 0 ? v : -kInf;
+      vl = mrow[c] != 0 ? v : kInf;
     }
-    return cend;
+    h = vh > h ? vh : h;
+    l = vl < l ? vl : l;
+  }
+  *lo = l;
+  *hi = h;
 }
 
-/* this thread's share [*start, *end) of the tile's rows */
-static void ssa_share(int64_t rows, int64_t* start, int64_t* end) {
-#ifdef _OPENMP
-    int64_t nth = omp_get_num_threads(), tid = omp_get_thread_num();
-#else
-    int64_t nth = 1, tid = 0;
-#endif
-    *start = rows * tid / nth;
-    *end = rows * (tid + 1) / nth;
-}
-
-/* for (each row hr of this thread's share of tile t, with cursor c) -- inside an omp parallel region */
-#define SSA_FOR_EACH_ROW(t, hr, c)                                                     \
-    int64_t hr##_start, hr##_end;                                                      \
-    ssa_share((t)->nh * (t)->rg, &hr##_start, &hr##_end);                              \
-    ssa_cursor c;                                                                      \
-    ssa_cursor_at((t), hr##_start, &c);                                                \
-    for (int64_t hr = hr##_start; hr < hr##_end; ++hr, ssa_cursor_next((t), &c))
-
-/* smallest and largest visible raw score of a row (literal has_mask, as in ssa_fwd_row) */
-static inline __attribute__((always_inline)) void ssa_row_range(const float* restrict row,
-                                                                const uint8_t* restrict mrow, int has_mask,
-                                                                int64_t cend, float* lo, float* hi) {
-    float h = -INFINITY, l = INFINITY;
-    #pragma omp simd reduction(max:h) reduction(min:l)
+// P, dS (over dp) and sum(dg * g) of one backward row
+template <bool SSA, bool MASK>
+inline float bwd_row(float* __restrict row, float* __restrict drow, const uint8_t* __restrict mrow, int64_t cend,
+                     float scale, float b, float n, float L, float d) {
+  const float L2 = (float)((double)L * kLog2eD), L2lo = (float)((double)L * kLog2eD - L2);
+  float acc = 0.0f;
+  if constexpr (SSA) {
+    const float kk = n * b * scale;
+#pragma omp simd reduction(+ : acc)
     for (int64_t c = 0; c < cend; ++c) {
-        float v = row[c];
-        float vh = v, vl = v;
-        if (has_mask) { vh = mrow[c] != 0 ? v : -INFINITY; vl = mrow[c] != 0 ? v : INFINITY; }
-        h = vh > h ? vh : h;
-        l = vl < l ? vl : l;
+      float x = row[c] * scale;
+      float y = 1.0f + b * std::fabs(x);
+      float a = n * log2_ge1(y);
+      float gg = x < 0.0f ? -a : a;
+      float p = exp2_le0((gg - L2) - L2lo);
+      if constexpr (MASK) p = mrow[c] != 0 ? p : 0.0f;
+      float dg = p * (drow[c] - d);
+      row[c] = p;
+      drow[c] = dg * (kk / y);
+      acc += dg * gg;
     }
-    *lo = l; *hi = h;
-}
-
-/* p = exp(g - off) over visible columns, 0 elsewhere, written over s; returns the row sum.  Called with literal
-   has_mask and ssa flags, so that each inlined copy of the loop carries no test. */
-static inline __attribute__((always_inline)) float ssa_fwd_row(float* restrict row, const uint8_t* restrict mrow, int has_mask, int64_t cend,
-                                int64_t cols, float scale, int ssa, float b, float n, float off) {
-    const float off2 = (float)((double)off * SSA_LOG2E_D), off2_lo = (float)((double)off * SSA_LOG2E_D - off2);
-    float acc = 0.0f;
-    #pragma omp simd reduction(+:acc)
+  } else {
+    const float s2 = scale * kLog2e;
+#pragma omp simd
     for (int64_t c = 0; c < cend; ++c) {
-        float e = ssa_exp2_le0((ssa_g2(row[c], scale, ssa, b, n) - off2) - off2_lo);
-        if (has_mask) e = mrow[c] != 0 ? e : 0.0f;
-        row[c] = e;
-        acc += e;
+      float p = exp2_le0((row[c] * s2 - L2) - L2lo);
+      if constexpr (MASK) p = mrow[c] != 0 ? p : 0.0f;
+      row[c] = p;
+      drow[c] = p * (drow[c] - d) * scale;
     }
-    for (int64_t c = cend; c < cols; ++c) row[c] = 0.0f;
-    return acc;
+  }
+  return acc * kLn2;
 }
 
-static inline __attribute__((always_inline)) float ssa_fwd_row_any(float* row, const uint8_t* mrow, int64_t cend, int64_t cols, float scale,
-                                    int ssa, float b, float n, float off) {
-    if (ssa) return mrow ? ssa_fwd_row(row, mrow, 1, cend, cols, scale, 1, b, n, off)
-                         : ssa_fwd_row(row, mrow, 0, cend, cols, scale, 1, b, n, off);
-    return mrow ? ssa_fwd_row(row, mrow, 1, cend, cols, scale, 0, b, n, off)
-                : ssa_fwd_row(row, mrow, 0, cend, cols, scale, 0, b, n, off);
+// Run fn(item) for item in [0, items) on torch's intra-op pool, one parallel region, items handed out
+// dynamically (a thread that the scheduler delays takes fewer items instead of holding up the others).
+template <typename F>
+void run_items(int64_t items, const F& fn) {
+  if (items <= 0) return;
+  const int64_t nt = std::min<int64_t>(at::get_num_threads(), items);
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, nt, 1, [&](int64_t, int64_t) {
+    typename F::Scratch scratch(fn);
+    const int one = 1;
+    const int prev = mkl_set_num_threads_local_ ? mkl_set_num_threads_local_(&one) : 0;
+    for (int64_t it = next.fetch_add(1); it < items; it = next.fetch_add(1)) fn(it, scratch);
+    if (mkl_set_num_threads_local_) mkl_set_num_threads_local_(&prev);
+  });
 }
 
-/* P, dS and sum(dg * g) of one row (see ssa_blockwise_bwd); literal has_mask as in ssa_fwd_row */
-static inline __attribute__((always_inline)) float ssa_bwd_row(float* restrict row, float* restrict drow, const uint8_t* restrict mrow,
-                                int has_mask, int64_t cend, float scale, int ssa, float b, float n, float L, float d) {
-    const float L2 = (float)((double)L * SSA_LOG2E_D), L2_lo = (float)((double)L * SSA_LOG2E_D - L2);
-    float acc = 0.0f;
-    if (ssa) {
-        const float k = n * b * scale;
-        #pragma omp simd reduction(+:acc)
-        for (int64_t c = 0; c < cend; ++c) {
-            float x = row[c] * scale;
-            float y = 1.0f + b * fabsf(x);
-            float a = n * ssa_log2_ge1(y);
-            float g2 = x < 0.0f ? -a : a;
-            float p = ssa_exp2_le0((g2 - L2) - L2_lo);
-            if (has_mask) p = mrow[c] != 0 ? p : 0.0f;
-            float dg = p * (drow[c] - d);
-            row[c] = p;
-            drow[c] = dg * (k / y);
-            acc += dg * g2;
-        }
-    } else {
-        const float scale2 = scale * SSA_LOG2E;
-        #pragma omp simd
-        for (int64_t c = 0; c < cend; ++c) {
-            float p = ssa_exp2_le0((row[c] * scale2 - L2) - L2_lo);
-            if (has_mask) p = mrow[c] != 0 ? p : 0.0f;
-            row[c] = p;
-            drow[c] = p * (drow[c] - d) * scale;
-        }
+// |g| bound per query row (Cauchy-Schwarz): |g| <= |n| log(1 + b scale |q| max|k|); false if any q or k
+// element is not finite (the caller then runs the torch path, which propagates inf/NaN as eager does)
+bool row_bounds(const Problem& P, float* bound) {
+  std::vector<float> kmax(P.B * P.Hkv);
+  std::atomic<bool> finite{true};
+  at::parallel_for(0, P.B * P.Hkv, 1, [&](int64_t s, int64_t e) {
+    for (int64_t bh = s; bh < e; ++bh) {
+      const float* kk = P.k + bh * P.Lk * P.D;
+      float mx = 0.0f;
+      for (int64_t j = 0; j < P.Lk; ++j) {
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t d = 0; d < P.D; ++d) acc += kk[j * P.D + d] * kk[j * P.D + d];
+        if (!std::isfinite(acc)) finite = false;
+        mx = std::max(mx, acc);
+      }
+      kmax[bh] = std::sqrt(mx);
     }
-    return acc * SSA_LN2;  /* sum(dg * g) */
+  });
+  at::parallel_for(0, P.B * P.H, 1, [&](int64_t s, int64_t e) {
+    for (int64_t bh = s; bh < e; ++bh) {
+      const int64_t h = bh % P.H, bi = bh / P.H;
+      const float km = kmax[bi * P.Hkv + h / P.G] * std::fabs(P.scale);
+      for (int64_t i = 0; i < P.Lq; ++i) {
+        const float* qq = P.q + (bh * P.Lq + i) * P.D;
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t d = 0; d < P.D; ++d) acc += qq[d] * qq[d];
+        float x = std::sqrt(acc) * km;
+        if (!std::isfinite(x)) finite = false;
+        bound[bh * P.Lq + i] = P.b ? std::fabs(P.n[h]) * std::log1p(P.b[h] * x) : x;
+      }
+    }
+  });
+  return finite.load();
 }
 
-/* Forward tile.  online = 0: m holds a fixed per-row offset (an upper bound of g), l += sum(P).
-   online = 1: running maximum; m, l updated, alpha = exp(m_old - m_new) (rescale of the partial output). */
-void ssa_blockwise_fwd(float* s, int64_t nh, int64_t rg, int64_t cols, int64_t G, int64_t gh,
-                       const float* bvec, const float* nvec, float scale, int64_t causal, int64_t coff,
-                       const uint8_t* mask, int64_t mb, int64_t mh, int64_t mg,
-                       int64_t online, float* m, float* l, float* alpha, int64_t nthreads) {
-    ssa_tile t = {nh, rg, cols, G, gh, rg / G, mask, mb, mh, mg, causal, coff};
-    const int ssa = bvec != 0;
-    #pragma omp parallel num_threads(nthreads)
-    {
-    SSA_FOR_EACH_ROW(&t, hr, cur) {
-        const uint8_t* mrow;
-        int64_t pidx;
-        int64_t cend = ssa_row(&t, &cur, &mrow, &pidx);
-        float* row = s + hr * cols;
-        float b = ssa ? bvec[pidx] : 0.0f, n = ssa ? nvec[pidx] : 0.0f;
-        if (!online) {
-            l[hr] += ssa_fwd_row_any(row, mrow, cend, cols, scale, ssa, b, n, m[hr]);
-            continue;
-        }
-        float hi, lo;
-        if (mrow) ssa_row_range(row, mrow, 1, cend, &lo, &hi);
-        else ssa_row_range(row, mrow, 0, cend, &lo, &hi);
-        float m_prev = m[hr], m_new = m_prev;
-        if (hi != -INFINITY) {
-            /* g is monotone in s: its maximum is g at one of the extreme scores */
-            float ghi = ssa_g_exact(hi, scale, ssa, b, n), glo = ssa_g_exact(lo, scale, ssa, b, n);
-            float mt = ghi > glo ? ghi : glo;
-            m_new = mt > m_prev ? mt : m_prev;
-        }
-        float m_safe = m_new == -INFINITY ? 0.0f : m_new;
-        float a = expf(m_prev - m_safe);
-        float sum = hi != -INFINITY ? ssa_fwd_row_any(row, mrow, cend, cols, scale, ssa, b, n, m_safe) : 0.0f;
-        if (hi == -INFINITY)
-            for (int64_t c = 0; c < cols; ++c) row[c] = 0.0f;
-        m[hr] = m_new;
-        l[hr] = l[hr] * a + sum;
-        alpha[hr] = a;
+struct Forward {
+  const Problem& P;
+  const float* bound;
+  float* out;   // [B, H, Lq, Dv]
+  float* lse;   // [B, H, Lq] or nullptr
+  int64_t nqb;
+
+  struct Scratch {
+    std::vector<float> q, s, acc, m, l, alpha;
+    explicit Scratch(const Forward& f) {
+      const int64_t rows = f.P.G * f.P.bq;
+      q.resize(rows * f.P.D); s.resize(rows * f.P.bk); acc.resize(rows * f.P.Dv);
+      m.resize(rows); l.resize(rows); alpha.resize(rows);
     }
+  };
+
+  void operator()(int64_t item, Scratch& w) const {
+    // heavy items first: the last query blocks see the most keys under a causal mask
+    const int64_t qb = nqb - 1 - item / (P.B * P.Hkv), bhk = item % (P.B * P.Hkv);
+    const int64_t bi = bhk / P.Hkv, hk = bhk % P.Hkv;
+    const int64_t i0 = qb * P.bq, R = std::min(P.bq, P.Lq - i0), rows = P.G * R;
+    const float* kb = P.k + bhk * P.Lk * P.D;
+    const float* vb = P.v + bhk * P.Lk * P.Dv;
+    // rows ordered (group head g, position r): the G query heads that share this key/value head go through
+    // each key tile together
+    bool fixed = true;
+    for (int64_t g = 0; g < P.G; ++g) {
+      const int64_t h = hk * P.G + g;
+      std::memcpy(w.q.data() + g * R * P.D, P.q + ((bi * P.H + h) * P.Lq + i0) * P.D, sizeof(float) * R * P.D);
+      for (int64_t r = 0; r < R; ++r) {
+        float bnd = bound[(bi * P.H + h) * P.Lq + i0 + r];
+        w.m[g * R + r] = bnd;
+        fixed = fixed && bnd <= P.fixed_max;
+      }
     }
+    if (!fixed) std::fill(w.m.begin(), w.m.begin() + rows, -kInf);
+    std::fill(w.l.begin(), w.l.begin() + rows, 0.0f);
+    const int64_t kend = P.causal ? std::min(P.Lk, i0 + R) : P.Lk;
+    bool first = true;
+    for (int64_t j0 = 0; j0 < kend; j0 += P.bk) {
+      const int64_t C = std::min(P.bk, kend - j0);
+      float* S = w.s.data();
+      gemm(false, true, rows, C, P.D, 1.0f, w.q.data(), P.D, kb + j0 * P.D, P.D, 0.0f, S, P.bk);
+      bool rescale = false;
+      for (int64_t rr = 0; rr < rows; ++rr) {
+        const int64_t g = rr / R, r = rr % R, h = hk * P.G + g;
+        const Row rw = P.row(bi, h, i0 + r, j0, C);
+        float* srow = S + rr * P.bk;
+        const float b = P.b ? P.b[h] : 0.0f, n = P.b ? P.n[h] : 0.0f;
+        if (fixed) {
+          w.l[rr] += fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, w.m[rr]);
+          continue;
+        }
+        float lo, hi;
+        if (rw.mask) row_range<true>(srow, rw.mask, rw.cend, &lo, &hi);
+        else row_range<false>(srow, nullptr, rw.cend, &lo, &hi);
+        const float m_prev = w.m[rr];
+        float m_new = m_prev;
+        if (hi != -kInf) {  // g is monotone in s: its maximum is g at one of the extreme scores
+          float ghi = g_exact(hi, P.scale, P.b != nullptr, b, n), glo = g_exact(lo, P.scale, P.b != nullptr, b, n);
+          m_new = std::max(m_prev, std::max(ghi, glo));
+        }
+        const float m_safe = m_new == -kInf ? 0.0f : m_new;
+        const float a = std::exp(m_prev - m_safe);
+        float sum = 0.0f;
+        if (hi != -kInf) sum = fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, m_safe);
+        else std::fill(srow, srow + C, 0.0f);
+        w.m[rr] = m_new;
+        w.l[rr] = w.l[rr] * a + sum;
+        w.alpha[rr] = a;
+        rescale = rescale || a != 1.0f;
+      }
+      if (!first && rescale)
+        for (int64_t rr = 0; rr < rows; ++rr) {
+          float* arow = w.acc.data() + rr * P.Dv;
+          const float a = w.alpha[rr];
+          for (int64_t d = 0; d < P.Dv; ++d) arow[d] *= a;
+        }
+      gemm(false, false, rows, P.Dv, C, 1.0f, S, P.bk, vb + j0 * P.Dv, P.Dv, first ? 0.0f : 1.0f, w.acc.data(),
+           P.Dv);
+      first = false;
+    }
+    for (int64_t rr = 0; rr < rows; ++rr) {
+      const int64_t g = rr / R, r = rr % R, h = hk * P.G + g;
+      const int64_t orow = (bi * P.H + h) * P.Lq + i0 + r;
+      float* o = out + orow * P.Dv;
+      const float l = w.l[rr];
+      if (first || l == 0.0f) {  // no visible key: output 0, lse +inf (no weight, no gradient)
+        std::fill(o, o + P.Dv, 0.0f);
+        if (lse) lse[orow] = kInf;
+        continue;
+      }
+      const float inv = 1.0f / l;
+      const float* arow = w.acc.data() + rr * P.Dv;
+      for (int64_t d = 0; d < P.Dv; ++d) o[d] = arow[d] * inv;
+      if (lse) lse[orow] = (w.m[rr] == -kInf ? 0.0f : w.m[rr]) + std::log(l);
+    }
+  }
+};
+
+struct Backward {
+  const Problem& P;
+  const float *dout, *lse, *delta;  // [B, H, Lq, Dv], [B, H, Lq], [B, H, Lq]
+  float* dq;                        // [chunks, B, H, Lq, D] (partial sums when chunks > 1)
+  float *dk, *dv;                   // [B, Hkv, Lk, D], [B, Hkv, Lk, Dv], zero on entry
+  double* dn;                       // [chunks, B, H] sum(dg * g) or nullptr
+  int64_t nkb, chunks;
+
+  struct Scratch {
+    std::vector<float> s, dp;
+    explicit Scratch(const Backward& f) { s.resize(f.P.bq * f.P.bk); dp.resize(f.P.bq * f.P.bk); }
+  };
+
+  void operator()(int64_t item, Scratch& w) const {
+    const int64_t c = item % chunks, bhk = item / chunks;
+    const int64_t bi = bhk / P.Hkv, hk = bhk % P.Hkv;
+    const int64_t per = (nkb + chunks - 1) / chunks;
+    const float* kb = P.k + bhk * P.Lk * P.D;
+    const float* vb = P.v + bhk * P.Lk * P.Dv;
+    float* dkb = dk + bhk * P.Lk * P.D;
+    float* dvb = dv + bhk * P.Lk * P.Dv;
+    float* S = w.s.data();
+    float* dP = w.dp.data();
+    for (int64_t jb = c * per; jb < std::min(nkb, (c + 1) * per); ++jb) {
+      const int64_t j0 = jb * P.bk, C = std::min(P.bk, P.Lk - j0);
+      for (int64_t g = 0; g < P.G; ++g) {
+        const int64_t h = hk * P.G + g, bh = bi * P.H + h;
+        const float b = P.b ? P.b[h] : 0.0f, n = P.b ? P.n[h] : 0.0f;
+        const float* qh = P.q + bh * P.Lq * P.D;
+        const float* doh = dout + bh * P.Lq * P.Dv;
+        float* dqh = dq + (c * P.B * P.H + bh) * P.Lq * P.D;
+        double dn_acc = 0.0;
+        const int64_t istart = P.causal ? (j0 / P.bq) * P.bq : 0;
+        for (int64_t i0 = istart; i0 < P.Lq; i0 += P.bq) {
+          const int64_t R = std::min(P.bq, P.Lq - i0);
+          gemm(false, true, R, C, P.D, 1.0f, qh + i0 * P.D, P.D, kb + j0 * P.D, P.D, 0.0f, S, P.bk);
+          gemm(false, true, R, C, P.Dv, 1.0f, doh + i0 * P.Dv, P.Dv, vb + j0 * P.Dv, P.Dv, 0.0f, dP, P.bk);
+          bool any = false;
+          for (int64_t r = 0; r < R; ++r) {
+            const int64_t i = i0 + r;
+            Row rw = P.row(bi, h, i, j0, C);
+            const float L = lse[bh * P.Lq + i], d = delta[bh * P.Lq + i];
+            if (L == kInf) rw.cend = 0;
+            float* srow = S + r * P.bk;
+            float* drow = dP + r * P.bk;
+            float acc;
+            if (P.b) acc = rw.mask ? bwd_row<true, true>(srow, drow, rw.mask, rw.cend, P.scale, b, n, L, d)
+                                   : bwd_row<true, false>(srow, drow, nullptr, rw.cend, P.scale, b, n, L, d);
+            else acc = rw.mask ? bwd_row<false, true>(srow, drow, rw.mask, rw.cend, P.scale, b, n, L, d)
+                               : bwd_row<false, false>(srow, drow, nullptr, rw.cend, P.scale, b, n, L, d);
+            for (int64_t cc = rw.cend; cc < C; ++cc) { srow[cc] = 0.0f; drow[cc] = 0.0f; }
+            dn_acc += acc;
+            any = any || rw.cend > 0;
+          }
+          if (!any) continue;
+          gemm(true, false, C, P.Dv, R, 1.0f, S, P.bk, doh + i0 * P.Dv, P.Dv, 1.0f, dvb + j0 * P.Dv, P.Dv);
+          gemm(true, false, C, P.D, R, 1.0f, dP, P.bk, qh + i0 * P.D, P.D, 1.0f, dkb + j0 * P.D, P.D);
+          gemm(false, false, R, P.D, C, 1.0f, dP, P.bk, kb + j0 * P.D, P.D, 1.0f, dqh + i0 * P.D, P.D);
+        }
+        if (dn) dn[c * P.B * P.H + bh] += dn_acc;
+      }
+    }
+  }
+};
+
+Problem make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& b,
+                     const at::Tensor& n, const c10::optional<at::Tensor>& mask, bool causal, double scale,
+                     int64_t bq, int64_t bk) {
+  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
+              "ssa_hf fused kernel: float32 inputs expected");
+  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "ssa_hf fused kernel: contiguous inputs expected");
+  Problem P{};
+  P.q = q.data_ptr<float>(); P.k = k.data_ptr<float>(); P.v = v.data_ptr<float>();
+  P.B = q.size(0); P.H = q.size(1); P.Lq = q.size(2); P.D = q.size(3);
+  P.Hkv = k.size(1); P.Lk = k.size(2); P.Dv = v.size(3); P.G = P.H / P.Hkv;
+  const bool ssa = b.numel() > 0;
+  P.b = ssa ? b.data_ptr<float>() : nullptr;
+  P.n = ssa ? n.data_ptr<float>() : nullptr;
+  P.scale = (float)scale;
+  P.causal = causal;
+  if (mask.has_value()) {
+    const at::Tensor& m = *mask;
+    TORCH_CHECK(m.scalar_type() == at::kBool && m.dim() == 4, "ssa_hf fused kernel: 4-D bool mask expected");
+    TORCH_CHECK(m.stride(3) == 0 || m.stride(3) == 1, "ssa_hf fused kernel: mask rows must be contiguous");
+    P.mask = reinterpret_cast<const uint8_t*>(m.data_ptr<bool>());
+    P.msb = m.size(0) == 1 ? 0 : m.stride(0);
+    P.msh = m.size(1) == 1 ? 0 : m.stride(1);
+    P.msi = m.size(2) == 1 ? 0 : m.stride(2);
+    P.msj = m.size(3) == 1 ? 0 : m.stride(3);
+  }
+  P.bq = std::max<int64_t>(1, std::min(bq, P.Lq));
+  P.bk = std::max<int64_t>(1, std::min(bk, P.Lk));
+  return P;
 }
 
-/* Backward tile: P = exp(g - lse) written over s; dS = P (dP - delta) dg/ds written over dp;
-   dn[row] += sum(P (dP - delta) g) when dn is given (ssa only). */
-void ssa_blockwise_bwd(float* s, float* dp, int64_t nh, int64_t rg, int64_t cols, int64_t G, int64_t gh,
-                       const float* bvec, const float* nvec, float scale, int64_t causal, int64_t coff,
-                       const uint8_t* mask, int64_t mb, int64_t mh, int64_t mg,
-                       const float* lse, const float* delta, float* dn, int64_t nthreads) {
-    ssa_tile t = {nh, rg, cols, G, gh, rg / G, mask, mb, mh, mg, causal, coff};
-    const int ssa = bvec != 0;
-    #pragma omp parallel num_threads(nthreads)
-    {
-    SSA_FOR_EACH_ROW(&t, hr, cur) {
-        const uint8_t* mrow;
-        int64_t pidx;
-        int64_t cend = ssa_row(&t, &cur, &mrow, &pidx);
-        float* row = s + hr * cols;
-        float* drow = dp + hr * cols;
-        const float L = lse[hr], d = delta[hr];
-        if (L == INFINITY) cend = 0;  /* a row without any visible key: no weight, no gradient */
-        float b = ssa ? bvec[pidx] : 0.0f, n = ssa ? nvec[pidx] : 0.0f;
-        float acc = mrow ? ssa_bwd_row(row, drow, mrow, 1, cend, scale, ssa, b, n, L, d)
-                         : ssa_bwd_row(row, drow, mrow, 0, cend, scale, ssa, b, n, L, d);
-        for (int64_t c = cend; c < cols; ++c) { row[c] = 0.0f; drow[c] = 0.0f; }
-        if (dn) dn[hr] += acc;
-    }
-    }
+}  // namespace
+
+// Forward: returns {out [B, H, Lq, Dv], lse [B, H, Lq]}, or {} when a query or key element is not finite.
+// Rows whose |g| bound (Cauchy-Schwarz) is at most fixed_max use it as a fixed offset: one pass per tile, no
+// running maximum, no rescaling of the partial output (40 keeps exp(g - bound) >= exp(-80), a normal float32).
+std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                          const at::Tensor& b, const at::Tensor& n,
+                                          const c10::optional<at::Tensor>& mask, bool causal, double scale,
+                                          int64_t bq, int64_t bk, bool need_lse, double fixed_max) {
+  Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
+  P.fixed_max = (float)fixed_max;
+  at::Tensor bound = at::empty({P.B, P.H, P.Lq}, q.options());
+  at::Tensor out = at::empty({P.B, P.H, P.Lq, P.Dv}, q.options());
+  at::Tensor lse = at::empty({need_lse ? P.B : 0, P.H, P.Lq}, q.options());
+  if (P.Lq == 0) return {out, lse};
+  if (P.Lk == 0) {
+    out.zero_();
+    if (need_lse) lse.fill_(kInf);
+    return {out, lse};
+  }
+  if (!row_bounds(P, bound.data_ptr<float>())) return {};
+  P.bq = std::max<int64_t>(1, P.bq / P.G);  // block_q counts the rows of a work item, over its G query heads
+  const int64_t nqb = (P.Lq + P.bq - 1) / P.bq;
+  Forward f{P, bound.data_ptr<float>(), out.data_ptr<float>(), need_lse ? lse.data_ptr<float>() : nullptr, nqb};
+  run_items(nqb * P.B * P.Hkv, f);
+  return {out, lse};
 }
 
-/* Decoding step (one query position): for each of the nh (batch, key/value head) pairs, the G query heads of
-   the group against the same Lk cached keys, everything in one pass over K and one over V:
-   q [nh, G, D], k [nh, Lk, D], v [nh, Lk, Dv], out [nh, G, Dv], work [nh, G, Lk] (scores, then P), all float32
-   contiguous; b, n [gh * G] or NULL (softmax); mask NULL or [mb, mh, 1, mg, Lk] as for the tiles.  Exact online
-   maximum; a row without a visible key gives 0; a visible non-finite score makes its row NaN. */
-void ssa_blockwise_decode(const float* q, const float* k, const float* v, float* out, float* work,
-                          int64_t nh, int64_t G, int64_t gh, int64_t D, int64_t Dv, int64_t Lk,
-                          const float* bvec, const float* nvec, float scale,
-                          const uint8_t* mask, int64_t mb, int64_t mh, int64_t mg, int64_t nthreads) {
-    const int ssa = bvec != 0;
-    #pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (int64_t i = 0; i < nh; ++i) {
-        const float* qi = q + i * G * D;
-        const float* ki = k + i * Lk * D;
-        const float* vi = v + i * Lk * Dv;
-        float* wi = work + i * G * Lk;
-        float* oi = out + i * G * Dv;
-        int64_t bi = i / gh, hh = i % gh;
-        for (int64_t j = 0; j < Lk; ++j) {
-            const float* kj = ki + j * D;
-            for (int64_t g = 0; g < G; ++g) {
-                const float* qg = qi + g * D;
-                float dot = 0.0f;
-                #pragma omp simd reduction(+:dot)
-                for (int64_t d = 0; d < D; ++d) dot += qg[d] * kj[d];
-                wi[g * Lk + j] = dot;
-            }
+// Backward: returns {dq, dk, dv, dn_sum [H] float64, db_sum [H] float64}; dn_sum = sum over rows of
+// sum(dL/dg * g) (dL/dn = dn_sum / n), db_sum = sum over rows of q . dq (dL/db = db_sum / b); both empty for
+// softmax or when need_bn is false.
+std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                                           const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                                           const at::Tensor& b, const at::Tensor& n,
+                                           const c10::optional<at::Tensor>& mask, bool causal, double scale,
+                                           int64_t bq, int64_t bk, bool need_bn) {
+  Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
+  TORCH_CHECK(dout.is_contiguous() && out.is_contiguous() && lse.is_contiguous(), "ssa_hf fused kernel: contiguous tensors expected");
+  const bool bn = need_bn && P.b != nullptr;
+  if (P.Lq == 0) return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kDouble)), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kDouble))};
+  {
+    at::Tensor bound = at::empty({P.B, P.H, P.Lq}, q.options());
+    if (!row_bounds(P, bound.data_ptr<float>())) return {};
+  }
+  at::Tensor delta = at::empty({P.B, P.H, P.Lq}, q.options());
+  {
+    const float* o = out.data_ptr<float>();
+    const float* d = dout.data_ptr<float>();
+    float* de = delta.data_ptr<float>();
+    const int64_t Dv = P.Dv;
+    at::parallel_for(0, P.B * P.H * P.Lq, 256, [&](int64_t s, int64_t e) {
+      for (int64_t r = s; r < e; ++r) {
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t x = 0; x < Dv; ++x) acc += o[r * Dv + x] * d[r * Dv + x];
+        de[r] = acc;
+      }
+    });
+  }
+  const int64_t nkb = P.Lk == 0 ? 0 : (P.Lk + P.bk - 1) / P.bk;
+  // enough items for every thread: split the key blocks of a (batch, kv head) when there are few of those
+  const int64_t want = 4 * (int64_t)at::get_num_threads();
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(nkb, (want + P.B * P.Hkv - 1) / (P.B * P.Hkv)));
+  at::Tensor dqp = at::zeros({chunks, P.B, P.H, P.Lq, P.D}, q.options());
+  at::Tensor dk = at::zeros_like(k);
+  at::Tensor dv = at::zeros_like(v);
+  at::Tensor dnp = bn ? at::zeros({chunks, P.B, P.H}, q.options().dtype(at::kDouble)) : at::Tensor();
+  Backward f{P, dout.data_ptr<float>(), lse.data_ptr<float>(), delta.data_ptr<float>(), dqp.data_ptr<float>(),
+             dk.data_ptr<float>(), dv.data_ptr<float>(), bn ? dnp.data_ptr<double>() : nullptr, nkb, chunks};
+  run_items(P.B * P.Hkv * chunks, f);
+  at::Tensor dq = chunks == 1 ? dqp[0] : dqp.sum(0);
+  at::Tensor dn_sum, db_sum;
+  if (bn) {
+    dn_sum = dnp.sum({0, 1});
+    at::Tensor qdq = at::empty({P.B, P.H}, q.options().dtype(at::kDouble));
+    const float* qp = P.q;
+    const float* dqq = dq.data_ptr<float>();
+    double* out_p = qdq.data_ptr<double>();
+    const int64_t L = P.Lq, D = P.D;
+    at::parallel_for(0, P.B * P.H, 1, [&](int64_t s, int64_t e) {
+      for (int64_t bh = s; bh < e; ++bh) {
+        double acc = 0.0;
+        for (int64_t i = 0; i < L; ++i) {
+          float row = 0.0f;
+          const float* a = qp + (bh * L + i) * D;
+          const float* c = dqq + (bh * L + i) * D;
+#pragma omp simd reduction(+ : row)
+          for (int64_t x = 0; x < D; ++x) row += a[x] * c[x];
+          acc += row;
         }
-        for (int64_t g = 0; g < G; ++g) {
-            float* row = wi + g * Lk;
-            const uint8_t* mrow = 0;
-            if (mask) {
-                int64_t mbi = mb > 1 ? bi : 0, mhi = mh > 1 ? hh : 0, mgi = mg > 1 ? g : 0;
-                mrow = mask + ((mbi * mh + mhi) * mg + mgi) * Lk;
-            }
-            int64_t pidx = hh * G + g;
-            float b = ssa ? bvec[pidx] : 0.0f, n = ssa ? nvec[pidx] : 0.0f;
-            float lo, hi, nonfinite = 0.0f;  /* NaN iff a visible score is inf or NaN */
-            if (mrow) {
-                ssa_row_range(row, mrow, 1, Lk, &lo, &hi);
-                #pragma omp simd reduction(+:nonfinite)
-                for (int64_t c = 0; c < Lk; ++c) nonfinite += mrow[c] != 0 ? row[c] * 0.0f : 0.0f;
-            } else {
-                ssa_row_range(row, mrow, 0, Lk, &lo, &hi);
-                #pragma omp simd reduction(+:nonfinite)
-                for (int64_t c = 0; c < Lk; ++c) nonfinite += row[c] * 0.0f;
-            }
-            float l = 0.0f;
-            if (nonfinite != 0.0f) {
-                l = NAN;
-            } else if (hi != -INFINITY) {
-                float ghi = ssa_g_exact(hi, scale, ssa, b, n), glo = ssa_g_exact(lo, scale, ssa, b, n);
-                float m = ghi > glo ? ghi : glo;
-                l = ssa_fwd_row_any(row, mrow, Lk, Lk, scale, ssa, b, n, m);
-            } else {
-                for (int64_t c = 0; c < Lk; ++c) row[c] = 0.0f;
-            }
-            /* P is normalised here, so that the value pass below is a plain weighted sum */
-            float inv = l > 0.0f ? 1.0f / l : (l == l ? 0.0f : NAN);
-            #pragma omp simd
-            for (int64_t c = 0; c < Lk; ++c) row[c] *= inv;
-        }
-        for (int64_t g = 0; g < G * Dv; ++g) oi[g] = 0.0f;
-        for (int64_t j = 0; j < Lk; ++j) {
-            const float* vj = vi + j * Dv;
-            for (int64_t g = 0; g < G; ++g) {
-                float p = wi[g * Lk + j];
-                float* og = oi + g * Dv;
-                #pragma omp simd
-                for (int64_t d = 0; d < Dv; ++d) og[d] += p * vj[d];
-            }
-        }
-    }
+        out_p[bh] = acc;
+      }
+    });
+    db_sum = qdq.sum(0);
+  } else {
+    dn_sum = at::empty({0}, q.options().dtype(at::kDouble));
+    db_sum = at::empty({0}, q.options().dtype(at::kDouble));
+  }
+  return {dq, dk, dv, dn_sum, db_sum};
+}
+
+TORCH_LIBRARY(SSA_HF_NS, m) {
+  m.def("forward", &ssa_fused_forward);
+  m.def("backward", &ssa_fused_backward);
 }
 """
 
-_BASE_FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno", "-ffp-contract=fast"]
-# tried in order: vectorised for this CPU with OpenMP, then without the CPU-specific flags, then serial
-_FLAG_SETS = (
-    ["-march=native", "-mprefer-vector-width=512", "-fopenmp"],
-    ["-march=native", "-fopenmp"],
-    ["-fopenmp"],
-    [],
-)
+FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-ffp-contract=fast"]
+FLAGS_PORTABLE = ["-O3", "-fopenmp-simd", "-fno-math-errno", "-ffp-contract=fast"]
 
 _LOCK = threading.Lock()
-_STATE = {"tiles": None, "tried": False}
+_STATE = {"ops": None, "tried": False, "off_warned": False}
 # None: follow SSA_HF_BLOCKWISE_NATIVE (default on); True/False: forced
 _OVERRIDE = [None]
 
 
+class UnsafeCacheError(RuntimeError):
+    """The cache folder cannot be trusted and cannot be made private."""
+
+
 def set_native_enabled(enabled):
-    """Force the native tile kernels on (True) or off (False); None follows ``SSA_HF_BLOCKWISE_NATIVE``."""
+    """Force the native kernel on (True) or off (False); None follows ``SSA_HF_BLOCKWISE_NATIVE``."""
     _OVERRIDE[0] = None if enabled is None else bool(enabled)
 
 
@@ -422,7 +631,7 @@ def native_enabled():
     return os.environ.get("SSA_HF_BLOCKWISE_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off", "")
 
 
-def _cache_dir():
+def cache_root():
     root = os.environ.get("SSA_HF_CACHE_DIR")
     if not root:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -430,20 +639,8 @@ def _cache_dir():
     return os.path.join(root, "native")
 
 
-def _compilers():
-    names = [os.environ["CC"]] if os.environ.get("CC") else []
-    names += ["cc", "gcc", "clang"]
-    seen = []
-    for name in names:
-        path = shutil.which(name)
-        if path and path not in seen:
-            seen.append(path)
-    return seen
-
-
 def _cpu_signature():
-    """What -march=native depends on: the CPU's model and feature flags (a cache folder on a shared file system
-    must not hand one machine's build to a CPU without its instructions)."""
+    """What -march=native depends on: the CPU's model and feature flags."""
     try:
         with open("/proc/cpuinfo") as f:
             lines = [line for line in f if line.startswith(("model name", "flags", "Features", "CPU part"))]
@@ -452,108 +649,138 @@ def _cpu_signature():
         return platform.processor()
 
 
-def _build(directory):
-    """Compile NATIVE_SOURCE; returns the path of the shared library (cached) or raises RuntimeError."""
+def _is_private(st):
+    return st.st_uid == os.getuid() and not (st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _private_folder(path):
+    """Create `path` with mode 0700, or check that it is a folder of this user that nobody else can write.  One
+    of ours that others could write is emptied (anything in it may have been planted) and closed."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeCacheError(f"{path} is not a folder (a link or a file)")
+    if st.st_uid != os.getuid():
+        raise UnsafeCacheError(f"{path} belongs to another user")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH | stat.S_IRWXG | stat.S_IRWXO):
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            warnings.warn(f"ssa-hf: the kernel cache {path} was writable by other users; emptied it and made it "
+                          "private (mode 0700). The kernel is rebuilt.", stacklevel=3)
+            for entry in os.listdir(path):
+                full = os.path.join(path, entry)
+                if os.path.isdir(full) and not os.path.islink(full):
+                    shutil.rmtree(full, ignore_errors=True)
+                else:
+                    os.unlink(full)
+        os.chmod(path, 0o700)
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _verified(folder, library):
+    """Whether `library` (in `folder`) may be loaded: both ours and private, and its hash the recorded one."""
+    try:
+        if not (_is_private(os.lstat(folder)) and _is_private(os.lstat(library))):
+            return False
+        with open(library + ".sha256") as f:
+            return f.read().strip() == _sha256(library)
+    except OSError:
+        return False
+
+
+def load_library(name, source, flags, root=None):
+    """Build `source` (C++ registering ops with TORCH_LIBRARY) with torch.utils.cpp_extension into the private
+    cache and load it; returns the library's path.  Raises RuntimeError (or UnsafeCacheError) with the reason."""
+    from filelock import FileLock
+    from torch.utils import cpp_extension
+
+    root = root or cache_root()
+    _private_folder(root)
+    folder = os.path.join(root, name)
+    library = os.path.join(folder, name + ".so")
+    with FileLock(os.path.join(root, name + ".lock")):
+        if os.path.exists(library) and _verified(folder, library):
+            torch.ops.load_library(library)
+            return library
+        if os.path.exists(folder):
+            if os.path.exists(library):
+                warnings.warn(f"ssa-hf: the compiled kernel {library} failed its ownership, permission or hash check "
+                              "(modified, truncated or half-written); rebuilding it.", stacklevel=3)
+            shutil.rmtree(folder)  # unlinked, not overwritten: a process that has it loaded keeps its copy
+        os.makedirs(folder, mode=0o700)
+        compiler = os.environ.get("CXX", "c++")
+        if shutil.which(compiler) is None:
+            raise RuntimeError(f"no C++ compiler found (looked for {compiler!r}; install g++ or clang++, or set CXX)")
+        # cpp_extension skips the build of a name it already built in this process: make it build afresh
+        getattr(cpp_extension.JIT_EXTENSION_VERSIONER, "entries", {}).pop(name, None)
+        try:
+            cpp_extension.load_inline(name, cpp_sources=[source], extra_cflags=flags, build_directory=folder,
+                                      is_python_module=False, no_implicit_headers=True, verbose=False)
+        except Exception as exc:  # the compiler's message is in the exception text
+            text = str(exc).strip().splitlines()
+            raise RuntimeError(f"the C++ build failed with {compiler}: {' | '.join(text[-6:])[:800]}") from None
+        tmp = library + ".sha256.tmp"
+        with open(tmp, "w") as f:
+            f.write(_sha256(library))
+        os.replace(tmp, library + ".sha256")
+        return library
+
+
+def _build_key(flags):
+    parts = [NATIVE_SOURCE, " ".join(flags), torch.__version__, sys.version, platform.machine(), _cpu_signature(),
+             os.environ.get("CXX", "c++")]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _load():
     errors = []
-    os.makedirs(directory, exist_ok=True)
-    cpu = _cpu_signature()
-    for cc in _compilers():
-        for extra in _FLAG_SETS:
-            flags = _BASE_FLAGS + extra
-            key = hashlib.sha256("\n".join([NATIVE_SOURCE, cc, " ".join(flags), platform.machine(), sys.platform,
-                                            cpu, torch.__version__]).encode()).hexdigest()[:20]
-            target = os.path.join(directory, f"ssa_blockwise_{key}.so")
-            if os.path.exists(target):
-                return target
-            with tempfile.TemporaryDirectory(dir=directory) as tmp:
-                src = os.path.join(tmp, "ssa_blockwise.c")
-                with open(src, "w") as f:
-                    f.write(NATIVE_SOURCE)
-                out = os.path.join(tmp, "ssa_blockwise.so")
-                cmd = [cc, *flags, src, "-o", out, "-lm"]
-                proc = subprocess.run(cmd, capture_output=True, text=True)
-                if proc.returncode != 0 or not os.path.exists(out):
-                    errors.append(f"{' '.join(cmd[:1] + flags)}: {proc.stderr.strip()[:400]}")
-                    continue
-                os.replace(out, target)  # atomic: concurrent builders write the same file
-                return target
-    if not errors:
-        raise RuntimeError("no C compiler found on PATH (cc, gcc, clang; or set CC)")
-    raise RuntimeError(f"no C compiler could build the native tile kernels ({len(errors)} attempts; the first: "
-                       f"{errors[0]})")
+    for flags in (FLAGS, FLAGS_PORTABLE):
+        key = _build_key(flags)
+        namespace = f"ssa_hf_native_{key}"
+        try:
+            load_library(namespace, NATIVE_SOURCE, flags + [f"-DSSA_HF_NS={namespace}"])
+            return getattr(torch.ops, namespace)
+        except UnsafeCacheError:
+            raise
+        except RuntimeError as exc:
+            errors.append(str(exc))
+            if "no C++ compiler" in str(exc) or "Ninja" in str(exc):
+                break
+    raise RuntimeError(errors[0])
 
 
-class NativeTiles:
-    """ctypes bindings of the two tile kernels (see NATIVE_SOURCE for the layout)."""
-
-    def __init__(self, path):
-        lib = ctypes.CDLL(path)
-        p, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
-        self._fwd = lib.ssa_blockwise_fwd
-        self._fwd.argtypes = [p, i64, i64, i64, i64, i64, p, p, f32, i64, i64, p, i64, i64, i64, i64, p, p, p, i64]
-        self._fwd.restype = None
-        self._bwd = lib.ssa_blockwise_bwd
-        self._bwd.argtypes = [p, p, i64, i64, i64, i64, i64, p, p, f32, i64, i64, p, i64, i64, i64, p, p, p, i64]
-        self._bwd.restype = None
-        self._decode = lib.ssa_blockwise_decode
-        self._decode.argtypes = [p, p, p, p, p, i64, i64, i64, i64, i64, i64, p, p, f32, p, i64, i64, i64, i64]
-        self._decode.restype = None
-        self.path = path
-
-    @staticmethod
-    def _mask_args(mask):
-        """(pointer, mb, mh, mg) of a contiguous bool tile [mb, mh, R, mg, C], or zeros."""
-        if mask is None:
-            return None, 0, 0, 0
-        return mask.data_ptr(), mask.shape[0], mask.shape[1], mask.shape[3]
-
-    def fwd(self, s, gh, G, b, n, scale, causal_offset, mask, online, m, l, alpha):
-        """s: [nh, R*G, C] float32 contiguous (overwritten with P); b, n: [gh*G] or None (softmax);
-        causal_offset: None or int; mask: None or contiguous bool [mb, mh, R, mg, C]; m, l, alpha: [nh*R*G]."""
-        nh, rg, cols = s.shape
-        mp, mb, mh, mg = self._mask_args(mask)
-        self._fwd(s.data_ptr(), nh, rg, cols, G, gh, None if b is None else b.data_ptr(),
-                  None if n is None else n.data_ptr(), scale, causal_offset is not None,
-                  0 if causal_offset is None else causal_offset, mp, mb, mh, mg, int(online), m.data_ptr(),
-                  l.data_ptr(), None if alpha is None else alpha.data_ptr(), torch.get_num_threads())
-
-    def decode(self, q, k, v, out, work, gh, b, n, scale, mask):
-        """q [nh, G, D], k [nh, Lk, D], v [nh, Lk, Dv], out [nh, G, Dv], work [nh, G, Lk]: float32 contiguous;
-        b, n: [gh*G] or None; mask: None or contiguous bool [mb, mh, 1, mg, Lk]."""
-        nh, G, D = q.shape
-        Lk, Dv = k.shape[1], v.shape[2]
-        mp, mb, mh, mg = self._mask_args(mask)
-        self._decode(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), work.data_ptr(), nh, G, gh, D, Dv, Lk,
-                     None if b is None else b.data_ptr(), None if n is None else n.data_ptr(), scale, mp, mb, mh, mg,
-                     torch.get_num_threads())
-
-    def bwd(self, s, dp, gh, G, b, n, scale, causal_offset, mask, lse, delta, dn):
-        """s, dp: [nh, R*G, C] float32 contiguous (overwritten with P and dS); lse, delta, dn: [nh*R*G]."""
-        nh, rg, cols = s.shape
-        mp, mb, mh, mg = self._mask_args(mask)
-        self._bwd(s.data_ptr(), dp.data_ptr(), nh, rg, cols, G, gh, None if b is None else b.data_ptr(),
-                  None if n is None else n.data_ptr(), scale, causal_offset is not None,
-                  0 if causal_offset is None else causal_offset, mp, mb, mh, mg, lse.data_ptr(), delta.data_ptr(),
-                  None if dn is None else dn.data_ptr(), torch.get_num_threads())
-
-
-def load_native_tiles():
-    """The compiled kernels, or None (disabled, or no working C compiler: then one warning says why)."""
+def load_kernels():
+    """The compiled kernel's ops (``.forward``, ``.backward``), or None: turned off (one warning says so), or
+    the build failed (one warning says why and what to do); the torch path then runs, correct and slower."""
     if not native_enabled():
+        if not _STATE["off_warned"]:
+            _STATE["off_warned"] = True
+            warnings.warn("ssa-hf: SSA_HF_BLOCKWISE_NATIVE=0 (or set_native_enabled(False)): the fused CPU kernel is "
+                          "off; attention runs the same math in torch ops (slower).", stacklevel=2)
         return None
     if _STATE["tried"]:
-        return _STATE["tiles"]
+        return _STATE["ops"]
     with _LOCK:
         if not _STATE["tried"]:
             try:
-                try:
-                    path = _build(_cache_dir())
-                except PermissionError:  # a read-only home or cache folder: build in the temporary folder
-                    user = getattr(os, "getuid", lambda: "user")()
-                    path = _build(os.path.join(tempfile.gettempdir(), f"ssa_hf-{user}", "native"))
-                _STATE["tiles"] = NativeTiles(path)
+                _STATE["ops"] = _load()
+            except UnsafeCacheError as exc:
+                warnings.warn(f"ssa-hf: not loading compiled code: {exc}. Set SSA_HF_CACHE_DIR to a folder of your "
+                              "own; until then attention runs in torch ops (slower).", stacklevel=2)
             except (RuntimeError, OSError) as exc:
-                warnings.warn(f"ssa-hf blockwise attention: the native tile kernels are unavailable ({exc}); running "
-                              "the same math with torch ops (slower). Install a C compiler (gcc or clang) or set CC.")
+                warnings.warn(f"ssa-hf: the fused CPU kernel is unavailable ({exc}); attention runs the same math in "
+                              "torch ops (slower).", stacklevel=2)
             _STATE["tried"] = True
-    return _STATE["tiles"]
+    return _STATE["ops"]
+
+
+def reset():
+    """Forget the loaded kernel (tests; a library already loaded stays mapped in this process)."""
+    with _LOCK:
+        _STATE.update(ops=None, tried=False, off_warned=False)

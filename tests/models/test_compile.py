@@ -1,0 +1,79 @@
+"""torch.compile(fullgraph=True) and torch.export of both model families with the default attention
+(`ssa_auto`, the fused kernel as the custom op ssa_hf::attention_forward/backward) give the eager results.
+
+Compiling costs seconds per graph here, so each test compiles once: training graphs (forward and backward) on
+aot_eager, inference on inductor (llama in the default run, bert among the slow tests) and torch.export."""
+
+import pytest
+import torch
+
+from tests.models.tiny import build
+
+FAMILIES = ["llama", "bert"]
+
+
+def _inputs(family):
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 100, (2, 12), generator=gen)
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # a padded row: the mask reaches the kernel as a tensor, not as is_causal
+    kwargs = {"input_ids": ids, "attention_mask": mask}
+    if family == "llama":
+        kwargs["use_cache"] = False
+    return kwargs
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fullgraph_training_step_matches_eager(family):
+    model = build(family).train()
+    assert model.config._attn_implementation == "ssa_auto"
+    kwargs = _inputs(family)
+    labels = kwargs["input_ids"].masked_fill(kwargs["attention_mask"] == 0, -100)
+    loss = model(**kwargs, labels=labels).loss
+    loss.backward()
+    want = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    assert any("scoring" in name for name in want), "the SSA parameters get no gradient"
+    model.zero_grad()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    got = compiled(**kwargs, labels=labels).loss
+    got.backward()
+    torch.testing.assert_close(got, loss, rtol=1e-6, atol=1e-6)
+    for name, p in model.named_parameters():
+        if name in want:
+            torch.testing.assert_close(p.grad, want[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def _inductor_logits_match(family):
+    model = build(family).eval()
+    kwargs = _inputs(family)
+    with torch.no_grad():
+        want = model(**kwargs).logits
+        got = torch.compile(model, fullgraph=True, backend="inductor")(**kwargs).logits
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_inductor_inference_matches_eager_llama():
+    _inductor_logits_match("llama")
+
+
+@pytest.mark.slow
+def test_inductor_inference_matches_eager_bert():
+    _inductor_logits_match("bert")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_export_matches_eager_and_contains_the_ssa_op(family):
+    model = build(family).eval()
+    kwargs = _inputs(family)
+    program = torch.export.export(model, (), kwargs)
+    assert "ssa_hf.attention_forward" in str(program.graph), "the exported graph does not run the SSA kernel"
+    with torch.no_grad():
+        want = model(**kwargs).logits
+    torch.testing.assert_close(program.module()(**kwargs).logits, want, rtol=1e-5, atol=1e-6)
