@@ -63,8 +63,9 @@ def write_manifest(folder: Path, **extra: Any) -> Path:
     return atomic_write_json(folder / MANIFEST_FILE, {"format": MANIFEST_FORMAT, **extra, "files": files})
 
 
-def verify_checkpoint(folder: str | os.PathLike) -> str | None:
-    """None if every file the manifest lists is there with its size and hash; else what is wrong."""
+def verify_checkpoint(folder: str | os.PathLike, required: tuple[str, ...] = (STATE_FILE, "model.safetensors")) -> str | None:
+    """None if every file the manifest lists is there with its size and hash, the `required` ones among them;
+    else what is wrong."""
     folder = Path(folder)
     try:
         manifest = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
@@ -83,9 +84,9 @@ def verify_checkpoint(folder: str | os.PathLike) -> str | None:
             return f"{name} has {path.stat().st_size} bytes, the manifest says {entry.get('size')} (truncated?)"
         if _sha256(path) != entry.get("sha256"):
             return f"{name} does not match its sha256 in the manifest (damaged)"
-    for required in (STATE_FILE, "model.safetensors"):
-        if required not in files:
-            return f"the manifest lists no {required}"
+    for name in required:
+        if name not in files:
+            return f"the manifest lists no {name}"
     return None
 
 

@@ -270,10 +270,10 @@ def load_state(folder: Path, accelerator, model, optimizer, scheduler) -> None:
     optimizer_state = _join_optimizer_state(optimizer_tensors, _read_json(folder / OPTIMIZER_JSON))
     inner = _inner(optimizer)
     optimizer_state["param_groups"] = _restore_tuples(optimizer_state["param_groups"], inner.param_groups)
-    options = _state_dict_options()
     try:
-        set_model_state_dict(model, weights, options=options)
-        set_optimizer_state_dict(model, inner, optimizer_state, options=options)
+        set_model_state_dict(model, weights, options=_state_dict_options())
+        # (not strict: a parameter that never received a gradient, e.g. an unused embedding, has no state)
+        set_optimizer_state_dict(model, inner, optimizer_state, options=_state_dict_options(strict=False))
     except (KeyError, RuntimeError, ValueError) as error:
         raise CheckpointError(f"{folder}: its weights or optimizer state do not fit this model ({error}); resume "
                               "with the configuration that wrote it") from None
