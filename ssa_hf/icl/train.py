@@ -120,11 +120,9 @@ class TrainingState:
 
 
 def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' but torch sees no CUDA device; use device='cpu' or 'auto'")
-    return device
+    from ..devices import resolve_device as checked
+
+    return checked(device)
 
 
 def find_checkpoint(run_dir: str | Path) -> Path | None:
