@@ -762,7 +762,8 @@ def export_final(accelerator, model, tokenizer, config: PretrainConfig, metrics:
             copy = type(model)(model.config)
             copy.load_state_dict(state)
             model = copy
-    if accelerator.is_main_process:
+
+    def write() -> None:
         save_checkpoint_folder(
             model,
             final,
@@ -776,7 +777,8 @@ def export_final(accelerator, model, tokenizer, config: PretrainConfig, metrics:
             base_preset=config.model.preset,
             model_name=config.run_name or output_dir.resolve().name,
         )
-    accelerator.wait_for_everyone()
+
+    on_main(accelerator, write)  # (a failure, e.g. a full disk, stops every process, not only the main one)
     return final
 
 
