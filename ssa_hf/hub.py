@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import logging
@@ -21,10 +20,9 @@ import math
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import yaml
@@ -39,7 +37,7 @@ from .presets import (
     config_field_names,
     count_parameters,
 )
-from .reporting import atomic_write_bytes, atomic_write_json, markdown_table
+from .reporting import DestinationExistsError, atomic_folder, atomic_write_bytes, atomic_write_json, markdown_table
 
 logger = logging.getLogger(__name__)
 
@@ -119,36 +117,6 @@ def _read_mapping(value: Mapping | str | os.PathLike | None, what: str) -> dict 
     if not isinstance(data, (dict, list)):
         raise ValueError(f"{what} file {path}: expected a mapping or a list at the top level")
     return data
-
-
-class DestinationExistsError(FileExistsError, ValueError):
-    """The destination folder exists and overwriting was not asked for (a ValueError too, so the CLI reports it)."""
-
-
-@contextlib.contextmanager
-def atomic_folder(destination: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
-    """Yield an empty temporary folder beside `destination`; on success it replaces `destination` by renames
-    (the old folder, if `overwrite`, is removed only after the new one is in place). On error nothing changes."""
-    destination = Path(destination).resolve()
-    if destination.exists() and not overwrite:
-        raise DestinationExistsError(f"{destination} already exists; remove it or pass overwrite=True (--overwrite)")
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.tmp-"))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint folder should be readable like any other
-    try:
-        yield tmp
-        old = None
-        if destination.exists():
-            if not overwrite:
-                raise DestinationExistsError(f"{destination} appeared while writing; nothing was replaced")
-            old = destination.with_name(f".{destination.name}.old-{os.getpid()}")
-            os.rename(destination, old)
-        os.rename(tmp, destination)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 # --------------------------------------------------------------------------------- evaluation and training

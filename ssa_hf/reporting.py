@@ -1,13 +1,17 @@
-"""The one output-folder helper: every pipeline writes its results as JSON + markdown + PNG through it."""
+"""The one output-folder helper: every pipeline writes its results as JSON + markdown + PNG through it, and
+files and folders appear atomically (`atomic_write_bytes`, `atomic_folder`)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -29,6 +33,67 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+class DestinationExistsError(FileExistsError, ValueError):
+    """The destination folder exists and overwriting was not asked for (a ValueError too, so the CLI reports it)."""
+
+
+class NoSpaceError(OSError, ValueError):
+    """The file system is full (or over quota); a ValueError too, so the CLI reports it without a traceback."""
+
+
+def is_no_space(error: BaseException) -> bool:
+    """A write that failed because the disk is full or over quota (OSError, or a library's own error type)."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return "No space left on device" in str(error) or "os error 28" in str(error)
+
+
+@contextlib.contextmanager
+def atomic_folder(destination: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+    """Yield an empty temporary folder beside `destination`; on success it replaces `destination` by renames
+    (the old folder, if `overwrite`, is moved to `.<name>.old` and removed once the new one is in place, so a stop
+    between the two renames leaves it there to be found). On any error the temporary folder is removed and
+    nothing else changes; a full disk is reported as a NoSpaceError naming the folder."""
+    destination = Path(destination).resolve()
+    if destination.exists() and not overwrite:
+        raise DestinationExistsError(f"{destination} already exists; remove it or pass overwrite=True (--overwrite)")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        tmp = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.tmp-"))
+    except OSError as error:
+        raise (NoSpaceError(errno.ENOSPC, f"no space left on {destination.parent}") if is_no_space(error) else error)
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint folder should be readable like any other
+    try:
+        yield tmp
+        old = destination.with_name(f".{destination.name}.old")
+        if destination.exists():
+            if not overwrite:
+                raise DestinationExistsError(f"{destination} appeared while writing; nothing was replaced")
+            shutil.rmtree(old, ignore_errors=True)  # (left by an earlier stop, while `destination` was complete)
+            os.rename(destination, old)
+        os.rename(tmp, destination)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException as error:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if is_no_space(error) and not isinstance(error, NoSpaceError):
+            raise NoSpaceError(errno.ENOSPC, f"no space left on {destination.parent}: {destination.name} was not "
+                               "written (the previous version, if any, is kept); free space and run again") from error
+        raise
+
+
+def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temporary folders `atomic_folder` leaves when a process is killed while writing (call it only
+    while holding the folder's run lock, so that no other process is writing there)."""
+    removed = []
+    folder = Path(folder)
+    if folder.is_dir():
+        for child in folder.iterdir():
+            if child.name.startswith(".") and ".tmp-" in child.name and child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)
+                removed.append(child)
+    return removed
 
 
 def _jsonable(value: Any) -> Any:

@@ -19,6 +19,7 @@ def run(args) -> int:
         device=args.device,
         dtype=args.dtype,
         output_dir=args.output_dir,
+        trust_remote_code=args.trust_remote_code,
     )
     print(perplexity_table(results))
     if args.output_dir:
@@ -50,4 +51,6 @@ def register(subparsers) -> None:
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda if available)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--output-dir", help="write perplexity.json and perplexity.md here")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="allow the model folder's own Python code (not needed for ssa-hf checkpoints)")
     parser.set_defaults(func=run)

@@ -104,12 +104,12 @@ def train_bpe_tokenizer(
     return tokenizer
 
 
-def load_pretrained_tokenizer(name_or_path: str, task: str):
+def load_pretrained_tokenizer(name_or_path: str, task: str, trust_remote_code: bool = False):
     """An existing tokenizer, completed for training: a causal LM without a pad token pads with eos; a masked LM
-    needs a mask token (error otherwise)."""
+    needs a mask token (error otherwise). Its own Python code runs only with `trust_remote_code=True`."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     if tokenizer.eos_token is None and task == "causal":
         raise ValueError(f"tokenizer {name_or_path!r} has no eos token to separate packed documents; set one or train a tokenizer")
     if tokenizer.pad_token is None:

@@ -50,8 +50,9 @@ class SSAHFLM(HFLM):
     """lm-eval's HFLM for ssa-hf causal LMs (and any other causal LM transformers can load)."""
 
     def __init__(self, pretrained, device: str | None = None, backend: str = "causal", **kwargs):
-        if device is None or device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+        from ..devices import resolve_device
+
+        device = resolve_device(device)
         if backend != "causal":
             raise ValueError(f"model {LM_EVAL_MODEL_NAME!r}: backend must be 'causal' (got {backend!r})")
         if not isinstance(pretrained, str):

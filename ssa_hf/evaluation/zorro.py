@@ -327,6 +327,9 @@ def load_probe_model(config: ProbeConfig, model: str):
     from .lm_eval_model import is_masked_lm_config
 
     hint = " (a checkpoint folder needs config.json, weights and a tokenizer; a Hub id needs network access or a cached copy)"
+    from ..devices import resolve_device
+
+    device = resolve_device(config.device)  # (before loading: a missing device is the first thing to report)
     try:
         model_config = AutoConfig.from_pretrained(model, trust_remote_code=config.trust_remote_code)
         tokenizer = AutoTokenizer.from_pretrained(config.tokenizer or model, trust_remote_code=config.trust_remote_code)
@@ -345,7 +348,6 @@ def load_probe_model(config: ProbeConfig, model: str):
         raise ValueError(f"cannot load model {model!r} as {auto_class.__name__}: {error}{hint}") from error
     except ValueError as error:
         raise ValueError(f"cannot load model {model!r} as {auto_class.__name__} (kind={kind}): {error}") from error
-    device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     loaded.to(device).eval()
     return loaded, tokenizer, kind
 

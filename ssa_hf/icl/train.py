@@ -3,19 +3,21 @@
 - Seeds: `seed` fixes the model's initial weights (the same for every scoring function, since the scoring
   parameters start from constants) and the training prompts (a generator of their own, derived from task and seed).
   Two runs that differ only in the scoring function therefore start from the same weights and see the same data.
-- Checkpoints: `accelerator.save_state` (model as safetensors, optimizer, scheduler, python/numpy/torch RNG states)
-  plus the training state (step, data generator, loss history), written to a temporary folder and renamed into
-  place, so a stop at any moment leaves the previous checkpoint intact. A new call on the same folder resumes from
-  it exactly: resumed and uninterrupted training give the same weights.
+- Checkpoints: the training state of `ssa_hf.train.state` (model and optimizer as safetensors, scheduler, RNG
+  states and the run's own state as JSON: nothing is pickled, so a checkpoint cannot run code) plus the training
+  state (step, prompt generator, loss history), written to a temporary folder with a manifest and renamed into
+  place (`ssa_hf.reporting.atomic_folder`), so a stop at any moment leaves the previous checkpoint intact. A new
+  call on the same folder resumes from it exactly: resumed and uninterrupted training give the same weights. The
+  run folder is locked while a run trains in it.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import logging
-import os
-import shutil
+import math
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -24,7 +26,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..reporting import atomic_write_json
+from ..reporting import atomic_folder, atomic_write_json, remove_stale_temporaries
+from ..train.checkpoint import verify_checkpoint, write_manifest
+from ..train.lock import RunLock
+from ..train.state import NonFiniteError, capture_state, load_state, non_finite_tensors, read_process_json, write_state
 from .model import ICLModel, ICLModelConfig
 from .tasks import is_quantifier, sample_standard
 from .config import TrainConfig
@@ -34,6 +39,7 @@ logger = logging.getLogger("ssa_hf.icl")
 CHECKPOINT = "checkpoint"
 _OLD = ".checkpoint.old"
 _SPEC = "run_spec.json"
+_TRAINING = "training_state"  # training_state_rank0.json: step, prompt generator, loss history
 # fields that may change between a stop and a resume without invalidating the checkpoint
 _RESUMABLE_CHANGES = {"steps", "checkpoint_every", "log_every"}
 
@@ -102,56 +108,50 @@ class TrainingState:
             "step": self.step,
             "history": self.history,
             "train_seconds": self.train_seconds,
-            "generator": self.generator.get_state(),
+            "generator": base64.b64encode(self.generator.get_state().numpy().tobytes()).decode("ascii"),
         }
 
     def load_state_dict(self, state: dict) -> None:
         self.step = int(state["step"])
         self.history = list(state["history"])
         self.train_seconds = float(state["train_seconds"])
-        self.generator.set_state(state["generator"])
+        raw = bytearray(base64.b64decode(state["generator"], validate=True))
+        self.generator.set_state(torch.frombuffer(raw, dtype=torch.uint8))
 
 
 def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' but torch sees no CUDA device; use device='cpu' or 'auto'")
-    return device
+    from ..devices import resolve_device as checked
+
+    return checked(device)
 
 
 def find_checkpoint(run_dir: str | Path) -> Path | None:
-    """The run's checkpoint folder, or the previous one if a stop came between the two renames of a save."""
+    """The run's checkpoint folder, or the previous one if a stop came between the two renames of a save; only
+    a folder whose manifest verifies counts (a damaged one is named in a warning and not resumed from)."""
     run_dir = Path(run_dir)
     for name in (CHECKPOINT, _OLD):
-        if (run_dir / name / _SPEC).is_file():
-            return run_dir / name
+        folder = run_dir / name
+        if not folder.is_dir():
+            continue
+        reason = verify_checkpoint(folder, required=(_SPEC, "model.safetensors"))
+        if reason is None:
+            return folder
+        logger.warning("%s: not resuming from it: %s", folder, reason)
     return None
 
 
-def _fsync_tree(path: Path) -> None:
-    for file in path.rglob("*"):
-        if file.is_file():
-            with open(file, "rb") as handle:
-                os.fsync(handle.fileno())
-
-
-def save_checkpoint(accelerator, run_dir: Path, spec: RunSpec) -> Path:
-    """accelerate's save_state into a temporary folder, then renamed to `run_dir/checkpoint`."""
-    tmp = run_dir / f".checkpoint.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    accelerator.save_state(str(tmp))
-    atomic_write_json(tmp / _SPEC, spec.to_dict())
-    _fsync_tree(tmp)
-    final, old = run_dir / CHECKPOINT, run_dir / _OLD
-    if final.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
-    return final
+def save_checkpoint(accelerator, run_dir: Path, spec: RunSpec, model, optimizer, scheduler, state) -> Path:
+    """The training state into a temporary folder, with a manifest, then renamed to `run_dir/checkpoint`."""
+    snapshot = capture_state(accelerator, model, optimizer, scheduler, {_TRAINING: state.state_dict()})
+    bad = non_finite_tensors(snapshot.model)
+    if bad:
+        raise NonFiniteError(f"{spec.name}: the weights hold NaN or inf at step {state.step} ({', '.join(bad)}); "
+                             "no checkpoint written (lower train.lr)")
+    with atomic_folder(run_dir / CHECKPOINT, overwrite=True) as tmp:
+        write_state(tmp, snapshot)
+        atomic_write_json(tmp / _SPEC, spec.to_dict())
+        write_manifest(tmp, step=state.step)
+    return run_dir / CHECKPOINT
 
 
 def _check_resumable(checkpoint: Path, spec: RunSpec) -> None:
@@ -192,27 +192,35 @@ def train_run(
     `stop_at` ends the call after that many steps in all (with a checkpoint), as a stop would; the next call
     resumes. The returned model is unwrapped, in eval mode, on the training device.
     """
+    spec.train.validate()
+    for name in ("lr", "weight_decay", "grad_clip", "sigma", "sigma_ab"):
+        value = getattr(spec.train, name)
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"train.{name} must be a finite number, got {value}")
+    device = resolve_device(device)
+    with RunLock(run_dir, "ICL training run"):
+        remove_stale_temporaries(run_dir)
+        return _train_locked(spec, Path(run_dir), device, progress, stop_at, position)
+
+
+def _train_locked(spec: RunSpec, run_dir: Path, device: str, progress: bool, stop_at: int | None, position: int):
     from accelerate import Accelerator
     from tqdm.auto import tqdm
     from transformers import get_constant_schedule_with_warmup
 
-    spec.train.validate()
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    device = resolve_device(device)
     accelerator = Accelerator(cpu=device == "cpu", mixed_precision=spec.train.mixed_precision)
     model = build_model(spec)
     optimizer = torch.optim.Adam(model.parameters(), lr=spec.train.lr, weight_decay=spec.train.weight_decay)
     scheduler = get_constant_schedule_with_warmup(optimizer, spec.train.warmup_steps)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     state = TrainingState(torch.Generator().manual_seed(data_seed(spec.task, spec.seed)))
-    accelerator.register_for_checkpointing(state)
 
     checkpoint = find_checkpoint(run_dir)
     resumed_from = None
     if checkpoint is not None:
         _check_resumable(checkpoint, spec)
-        accelerator.load_state(str(checkpoint))
+        load_state(checkpoint, accelerator, model, optimizer, scheduler)
+        state.load_state_dict(read_process_json(checkpoint, _TRAINING, 0))
         resumed_from = state.step
         logger.info("%s: resuming from step %d (%s)", spec.name, state.step, checkpoint)
 
@@ -231,6 +239,9 @@ def train_run(
         with accelerator.autocast():
             outputs = model(prompts.features())[:, 0::2]
         loss = loss_fn(spec.task, outputs.float(), prompts.ys)
+        if not torch.isfinite(loss):
+            raise NonFiniteError(f"{spec.name}: the training loss is {float(loss)} at step {state.step + 1}; "
+                                 "training stopped before the update (lower train.lr)")
         accelerator.backward(loss)
         if spec.train.grad_clip is not None:
             accelerator.clip_grad_norm_(model.parameters(), spec.train.grad_clip)
@@ -243,8 +254,6 @@ def train_run(
         window_steps += 1
         if state.step % spec.train.log_every == 0 or state.step == total:
             mean = float(window) / window_steps
-            if not torch.isfinite(torch.tensor(mean)):
-                raise FloatingPointError(f"{spec.name}: the training loss is {mean} at step {state.step}")
             state.history.append({"step": state.step, "loss": mean, "points": points})
             bar.set_postfix(loss=f"{mean:.4f}", points=points)
             window, window_steps = torch.zeros((), device=accelerator.device), 0
@@ -252,11 +261,11 @@ def train_run(
         if state.step % spec.train.checkpoint_every == 0 or state.step == total:
             state.train_seconds += time.perf_counter() - started
             started = time.perf_counter()
-            save_checkpoint(accelerator, run_dir, spec)
+            save_checkpoint(accelerator, run_dir, spec, model, optimizer, scheduler, state)
     bar.close()
     state.train_seconds += time.perf_counter() - started if steps_here else 0.0
     if checkpoint is None and steps_here == 0:
-        save_checkpoint(accelerator, run_dir, spec)
+        save_checkpoint(accelerator, run_dir, spec, model, optimizer, scheduler, state)
 
     model = accelerator.unwrap_model(model)
     model.eval()

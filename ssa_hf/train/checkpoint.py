@@ -1,30 +1,39 @@
-"""Training checkpoints: written atomically, the last K kept, resumed exactly.
+"""Training checkpoints: written atomically with a manifest, never unpickled, resumed exactly.
 
 A checkpoint is the folder `<output_dir>/checkpoints/step-XXXXXXXX/` with
-- accelerate's state (`accelerator.save_state`): model weights, optimizer, the registered scheduler, the RNG states
-  of every process (torch, numpy, random, CUDA), the gradient scaler;
+- the training state of `ssa_hf.train.state` (safetensors and JSON only: weights, optimizer, scheduler, the RNG
+  states of every process);
 - `data_state_rank<R>.json`: each process's position in its data stream;
 - `tokenizer/`: the run's tokenizer;
-- `trainer_state.json`, written last: step, tokens seen, number of processes and the config. A folder without it
-  is incomplete and never resumed from.
+- `trainer_state.json`: step, tokens seen, number of processes and the config;
+- `manifest.json`, written last: the size and sha256 of every other file.
 
-Every process writes into `.tmp-step-XXXXXXXX/`; the main process renames it to its final name once all are done
-(a rename is atomic), then deletes the oldest checkpoints beyond the limit. A crash leaves either the previous
-checkpoints or the new one, never a half-written folder under a checkpoint name.
+The main process gathers the state (a collective step), writes it into a temporary sibling folder and renames
+that into place (`ssa_hf.reporting.atomic_folder`); a failed write (a full disk) removes the temporary folder,
+keeps the previous checkpoints and is reported to every process. A checkpoint is resumed from only if its
+manifest verifies; `--resume latest` takes the newest that does and names the newer ones it skipped, and why.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import re
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from ..reporting import atomic_write_json
+from ..reporting import NoSpaceError, atomic_folder, atomic_write_json
+from .state import CheckpointError, NonFiniteError, capture_state, load_state, non_finite_tensors, read_process_json, write_state
+
+logger = logging.getLogger("ssa_hf.train")
 
 STATE_FILE = "trainer_state.json"
+MANIFEST_FILE = "manifest.json"
+MANIFEST_FORMAT = "ssa-hf-checkpoint/1"
 PATTERN = re.compile(r"^step-(\d{8})$")
 
 
@@ -32,55 +41,171 @@ def checkpoints_dir(output_dir: str | os.PathLike) -> Path:
     return Path(output_dir) / "checkpoints"
 
 
+# ----------------------------------------------------------------------------------------------- manifests
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(folder: Path, **extra: Any) -> Path:
+    """`manifest.json`: size and sha256 of every file in `folder` (written last: its presence marks the folder
+    complete)."""
+    files = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        name = path.relative_to(folder).as_posix()
+        if name != MANIFEST_FILE:
+            files[name] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+    return atomic_write_json(folder / MANIFEST_FILE, {"format": MANIFEST_FORMAT, **extra, "files": files})
+
+
+def verify_checkpoint(folder: str | os.PathLike, required: tuple[str, ...] = (STATE_FILE, "model.safetensors")) -> str | None:
+    """None if every file the manifest lists is there with its size and hash, the `required` ones among them;
+    else what is wrong."""
+    folder = Path(folder)
+    try:
+        manifest = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+        files = manifest["files"]
+        if manifest.get("format") != MANIFEST_FORMAT or not isinstance(files, dict):
+            return f"{MANIFEST_FILE} is not an ssa-hf checkpoint manifest ({manifest.get('format')!r})"
+    except FileNotFoundError:
+        return f"no {MANIFEST_FILE} (written last, so the save did not finish)"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        return f"{MANIFEST_FILE} is unreadable ({type(error).__name__})"
+    for name, entry in files.items():
+        path = folder / name
+        if ".." in Path(name).parts or not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != entry.get("size"):
+            return f"{name} has {path.stat().st_size} bytes, the manifest says {entry.get('size')} (truncated?)"
+        if _sha256(path) != entry.get("sha256"):
+            return f"{name} does not match its sha256 in the manifest (damaged)"
+    for name in required:
+        if name not in files:
+            return f"the manifest lists no {name}"
+    return None
+
+
 def list_checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
-    """Complete checkpoints of a run, oldest first, as (step, folder)."""
+    """Checkpoints of a run that finished writing (they have a manifest), oldest first, as (step, folder).
+    Whether their files are intact is checked on resume (`verify_checkpoint`)."""
     folder = checkpoints_dir(output_dir)
     if not folder.is_dir():
         return []
     found = []
     for child in folder.iterdir():
         match = PATTERN.match(child.name)
-        if match and (child / STATE_FILE).is_file():
+        if match and (child / MANIFEST_FILE).is_file():
             found.append((int(match.group(1)), child))
     return sorted(found)
 
 
+@dataclass
+class ResumePoint:
+    """The checkpoint a run resumes from, and the newer ones it skipped with the reason."""
+
+    checkpoint: Path | None
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+
+def newest_intact_checkpoint(output_dir: str | os.PathLike) -> ResumePoint:
+    """The newest checkpoint whose manifest verifies (folders without a manifest count as skipped too)."""
+    root = checkpoints_dir(output_dir)
+    candidates = sorted((int(m.group(1)), c) for c in (root.iterdir() if root.is_dir() else [])
+                        if (m := PATTERN.match(c.name)) and c.is_dir())
+    skipped = []
+    for _, folder in reversed(candidates):
+        reason = verify_checkpoint(folder)
+        if reason is None:
+            return ResumePoint(folder, skipped)
+        skipped.append({"checkpoint": str(folder), "reason": reason})
+    return ResumePoint(None, skipped)
+
+
 def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
-    found = list_checkpoints(output_dir)
-    return found[-1][1] if found else None
+    return newest_intact_checkpoint(output_dir).checkpoint
 
 
-def resolve_resume(resume: str | None, output_dir: str | os.PathLike) -> Path | None:
-    """The checkpoint folder `resume` names ("latest" or a path), or None to start afresh."""
+def resolve_resume(resume: str | None, output_dir: str | os.PathLike) -> ResumePoint:
+    """The checkpoint `resume` names ("latest"/"auto" or a path), verified; ResumePoint(None) to start afresh."""
     if resume is None or str(resume).lower() in ("false", "no", "none", ""):
-        return None
+        return ResumePoint(None)
     if str(resume).lower() in ("latest", "true", "yes", "auto"):
-        latest = latest_checkpoint(output_dir)
-        if latest is None:
-            if str(resume).lower() == "auto":
-                return None
+        point = newest_intact_checkpoint(output_dir)
+        for entry in point.skipped:
+            logger.warning("--resume: skipped %s: %s", entry["checkpoint"], entry["reason"])
+        if point.checkpoint is None:
+            if str(resume).lower() == "auto" and not point.skipped:
+                return point
+            damaged = f" ({len(point.skipped)} damaged or incomplete, listed above)" if point.skipped else ""
             raise FileNotFoundError(
-                f"--resume: no complete checkpoint in {checkpoints_dir(output_dir)}; start without --resume "
+                f"--resume: no complete checkpoint in {checkpoints_dir(output_dir)}{damaged}; start without --resume "
                 f"(or --resume auto to resume only when one exists)"
             )
-        return latest
+        logger.info("--resume: using %s, the newest checkpoint whose manifest verifies", point.checkpoint)
+        return point
     path = Path(resume)
-    if not (path / STATE_FILE).is_file():
-        raise FileNotFoundError(f"--resume {resume}: not a complete checkpoint folder (no {STATE_FILE})")
-    return path
+    if not path.is_dir():
+        raise FileNotFoundError(f"--resume {resume}: no such checkpoint folder")
+    reason = verify_checkpoint(path)
+    if reason is not None:
+        raise CheckpointError(f"--resume {resume}: not an intact checkpoint: {reason}; give another checkpoint "
+                              "folder or --resume latest (the newest intact one)")
+    return ResumePoint(path)
 
 
-def _fsync_dir(path: Path) -> None:
+# ------------------------------------------------------------------------------------------ process agreement
+
+
+def on_main(accelerator, fn: Callable[[], Any]) -> Any:
+    """Run `fn` on the main process only and hand its result (or its exception) to every process, so that a
+    failure on the main process stops all of them instead of leaving the others waiting."""
+    outcome: list[Any] = [None, None]
+    if accelerator.is_main_process:
+        try:
+            outcome[0] = fn()
+        except Exception as error:  # handed to the other processes, then raised everywhere
+            outcome[1] = error
+    if accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        broadcast_object_list(outcome, from_process=0)  # between this run's own processes
+    if outcome[1] is not None:
+        raise outcome[1]
+    return outcome[0]
+
+
+# --------------------------------------------------------------------------------------------------- saving
+
+
+def _write_checkpoint(final: Path, snapshot, trainer_state: dict[str, Any], tokenizer) -> None:
+    bad = non_finite_tensors(snapshot.model)
+    if bad:
+        raise NonFiniteError(
+            f"step {trainer_state['step']}: the weights hold NaN or inf ({', '.join(bad)}); no checkpoint written "
+            "(lower the learning rate, or check the data and the loss)"
+        )
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        with atomic_folder(final, overwrite=True) as tmp:
+            write_state(tmp, snapshot)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(str(tmp / "tokenizer"))
+            atomic_write_json(tmp / STATE_FILE, trainer_state)
+            write_manifest(tmp, step=trainer_state["step"])
+    except NoSpaceError as error:
+        raise NoSpaceError(error.errno, f"no space left on {final.parent}: the checkpoint of step "
+                           f"{trainer_state['step']} was not written (earlier checkpoints are kept); free space and "
+                           "resume with --resume") from error
+
+
+def _prune(output_dir: Path, keep: int) -> None:
+    if keep > 0:
+        for _, older in list_checkpoints(output_dir)[:-keep]:
+            shutil.rmtree(older, ignore_errors=True)
 
 
 def save_checkpoint(
@@ -91,45 +216,32 @@ def save_checkpoint(
     data_state: dict[str, Any],
     tokenizer,
     keep: int,
+    model,
+    optimizer,
+    scheduler,
 ) -> Path:
     """Write the checkpoint of `step` (all processes call this); returns its folder."""
-    root = checkpoints_dir(output_dir)
-    final = root / f"step-{step:08d}"
-    tmp = root / f".tmp-step-{step:08d}"
-    if accelerator.is_main_process:
-        root.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))
-    atomic_write_json(tmp / f"data_state_rank{accelerator.process_index}.json", data_state)
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        tokenizer.save_pretrained(str(tmp / "tokenizer"))
-        atomic_write_json(tmp / STATE_FILE, trainer_state)
-        _fsync_dir(tmp)
-        if final.exists():  # the same step saved again (e.g. a resumed run that ends where it started)
-            old = root / f".old-step-{step:08d}"
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-        _fsync_dir(root)
-        if keep > 0:
-            for _, older in list_checkpoints(output_dir)[:-keep]:
-                shutil.rmtree(older, ignore_errors=True)
-    accelerator.wait_for_everyone()
+    final = checkpoints_dir(output_dir) / f"step-{step:08d}"
+    snapshot = capture_state(accelerator, model, optimizer, scheduler, {"data_state": data_state})
+
+    def write() -> None:
+        _write_checkpoint(final, snapshot, trainer_state, tokenizer)
+        _prune(Path(output_dir), keep)
+
+    on_main(accelerator, write)
     return final
+
+
+# -------------------------------------------------------------------------------------------------- loading
 
 
 def read_trainer_state(checkpoint: Path) -> dict[str, Any]:
     return json.loads((Path(checkpoint) / STATE_FILE).read_text())
 
 
-def load_checkpoint(accelerator, checkpoint: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Restore accelerate's state from `checkpoint`; returns (trainer state, this process's data state)."""
+def load_checkpoint(accelerator, checkpoint: Path, model, optimizer, scheduler) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Restore the training state from `checkpoint` (verified by `resolve_resume`); returns (trainer state, this
+    process's data state)."""
     checkpoint = Path(checkpoint)
     state = read_trainer_state(checkpoint)
     saved = int(state.get("num_processes", 1))
@@ -138,8 +250,5 @@ def load_checkpoint(accelerator, checkpoint: Path) -> tuple[dict[str, Any], dict
             f"{checkpoint} was written by {saved} process(es); resume it with the same number "
             f"(this run has {accelerator.num_processes}): RNG and stream positions are per process"
         )
-    data_file = checkpoint / f"data_state_rank{accelerator.process_index}.json"
-    if not data_file.is_file():
-        raise FileNotFoundError(f"{checkpoint}: missing {data_file.name}; the checkpoint is incomplete")
-    accelerator.load_state(str(checkpoint))
-    return state, json.loads(data_file.read_text())
+    load_state(checkpoint, accelerator, model, optimizer, scheduler)
+    return state, read_process_json(checkpoint, "data_state", accelerator.process_index)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from ..data.corpus import TASKS, DataConfig
 from ..data.tokenizer import TokenizerConfig
 from .options import (
     ConfigError,
+    _field_help,
     add_dataclass_arguments,
     from_dict,
     load_yaml,
@@ -21,6 +23,8 @@ from .options import (
 )
 
 SCHEDULERS = ("cosine", "linear", "constant")
+FINITE_FIELDS = ("learning_rate", "min_learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
+                 "max_grad_norm")
 PRECISIONS = ("auto", "no", "bf16", "fp16")
 
 
@@ -61,7 +65,9 @@ class PretrainConfig:
     adam_beta1: AdamW beta1.
     adam_beta2: AdamW beta2.
     adam_epsilon: AdamW epsilon.
-    max_grad_norm: clip the gradient norm to this (0: no clipping).
+    max_grad_norm: clip the gradient norm to this (0: no clipping; the norm is still computed and checked).
+    skip_nonfinite_steps: on a NaN/inf loss or gradient norm, skip that optimizer update (counted in the metrics as
+        skipped_nonfinite_steps) instead of stopping the run with an error.
     mixed_precision: auto (bf16 where the GPU supports it, else no), no, bf16 or fp16.
     cpu: train on the CPU even if a GPU is present.
     cpu_threads: torch threads per process when training on the CPU (null: torch's default). Small models on a
@@ -73,8 +79,10 @@ class PretrainConfig:
     per_device_eval_batch_size: validation sequences per process per batch.
     save_steps: write a checkpoint every this many steps (0: only at the end).
     save_total_limit: keep the last this many checkpoints (0: keep all).
-    resume: continue from a checkpoint: latest (the newest in output_dir/checkpoints), or a checkpoint folder.
-    overwrite_output_dir: start afresh even if output_dir already has checkpoints (they are deleted).
+    resume: continue from a checkpoint: latest (the newest intact one in output_dir/checkpoints), or a checkpoint folder.
+    overwrite_output_dir: start afresh even if output_dir already has checkpoints (they are deleted; refused while
+        another run holds the folder's lock).
+    trust_remote_code: allow a pretrained tokenizer (tokenizer.pretrained) to run its own Python code.
     report_to: accelerate trackers (tensorboard, wandb, ...; none for no tracker).
     push_to_hub: after training, push the final model to this Hub repository id.
     hub_private: create the Hub repository as private.
@@ -101,6 +109,7 @@ class PretrainConfig:
     adam_beta2: float = 0.95
     adam_epsilon: float = 1e-8
     max_grad_norm: float = 1.0
+    skip_nonfinite_steps: bool = False
     mixed_precision: str = "auto"
     cpu: bool = False
     cpu_threads: int | None = None
@@ -113,6 +122,7 @@ class PretrainConfig:
     save_total_limit: int = 2
     resume: str | None = None
     overwrite_output_dir: bool = False
+    trust_remote_code: bool = False
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
     push_to_hub: str | None = None
     hub_private: bool = False
@@ -141,6 +151,14 @@ class PretrainConfig:
             raise ConfigError(f"lr_scheduler: must be one of {SCHEDULERS}, got {self.lr_scheduler!r}")
         if self.mixed_precision not in PRECISIONS:
             raise ConfigError(f"mixed_precision: must be one of {PRECISIONS}, got {self.mixed_precision!r}")
+        for name in FINITE_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ConfigError(f"{name}: must be a finite number, got {value}")
+        if not (0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1):
+            raise ConfigError(f"adam_beta1 and adam_beta2: must be in [0, 1), got {self.adam_beta1}, {self.adam_beta2}")
+        if self.adam_epsilon <= 0:
+            raise ConfigError(f"adam_epsilon: must be > 0, got {self.adam_epsilon}")
         if self.learning_rate <= 0:
             raise ConfigError(f"learning_rate: must be > 0, got {self.learning_rate}")
         if self.min_learning_rate is not None and not 0 <= self.min_learning_rate <= self.learning_rate:
@@ -189,7 +207,11 @@ NON_CONFIG_ARGS = ("config", "func", "command", "verbose")
 def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
     """`--config FILE` and one `--KEY VALUE` option per config key (`--data.block_size 128`, `--max_steps 50`)."""
     parser.add_argument("--config", help="YAML config (configs/pretrain/*.yaml); keys given as options override it")
-    add_dataclass_arguments(parser, PretrainConfig, skip=("resume",))
+    add_dataclass_arguments(parser, PretrainConfig, skip=("resume", "trust_remote_code"))
+    parser.add_argument(
+        "--trust_remote_code", "--trust-remote-code", dest="trust_remote_code", nargs="?", const="true",
+        default=argparse.SUPPRESS, metavar="BOOL", help=_field_help(PretrainConfig, "trust_remote_code"),
+    )
     parser.add_argument(
         "--resume", nargs="?", const="latest", default=argparse.SUPPRESS, metavar="CHECKPOINT",
         help="continue from the latest checkpoint in output_dir (or from the given checkpoint folder)",

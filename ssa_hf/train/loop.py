@@ -34,9 +34,20 @@ from ..data.corpus import (
     split_validation,
 )
 from ..data.tokenizer import load_pretrained_tokenizer, special_token_ids, train_bpe_tokenizer
-from ..reporting import atomic_write_bytes, atomic_write_json
-from .checkpoint import list_checkpoints, load_checkpoint, resolve_resume, save_checkpoint
+from ..reporting import atomic_write_bytes, atomic_write_json, remove_stale_temporaries
+from .checkpoint import (
+    PATTERN,
+    ResumePoint,
+    checkpoints_dir,
+    list_checkpoints,
+    load_checkpoint,
+    on_main,
+    resolve_resume,
+    save_checkpoint,
+)
 from .config import ConfigError, PretrainConfig
+from .lock import RunLock
+from .state import NonFiniteError
 
 logger = logging.getLogger("ssa_hf.train")
 
@@ -67,7 +78,7 @@ def obtain_tokenizer(config: PretrainConfig, train_texts):
     tok = config.tokenizer
     max_length = config.data.block_size if config.task == "causal" else config.data.max_length
     if tok.pretrained:
-        tokenizer = load_pretrained_tokenizer(tok.pretrained, config.task)
+        tokenizer = load_pretrained_tokenizer(tok.pretrained, config.task, trust_remote_code=config.trust_remote_code)
         if tok.model_max_length:
             tokenizer.model_max_length = tok.model_max_length
         return tokenizer
@@ -338,28 +349,74 @@ def _make_accelerator(config: PretrainConfig, output_dir: Path):
 # --------------------------------------------------------------------------------------------------
 
 
-def pretrain(config: PretrainConfig) -> PretrainResult:
-    """Train a causal or masked LM as `config` says; returns the output folders and metrics."""
-    from accelerate.utils import set_seed
-    from tqdm.auto import tqdm
+def check_push_settings(config: PretrainConfig) -> None:
+    """Fail before training, not after it, on push settings that cannot work: the repository id, a token, the
+    network (HF_HUB_OFFLINE), hub_private without push_to_hub."""
+    if config.push_to_hub is None:
+        if config.hub_private:
+            raise ConfigError("hub_private: true has no effect without push_to_hub REPO_ID; set push_to_hub or drop it")
+        return
+    from huggingface_hub import constants, get_token
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+    try:
+        validate_repo_id(config.push_to_hub)
+    except HFValidationError as error:
+        raise ConfigError(f"push_to_hub: {error}") from None
+    if constants.HF_HUB_OFFLINE:
+        raise ConfigError("push_to_hub: HF_HUB_OFFLINE is set, so the push after training would fail; unset it, or "
+                          "drop push_to_hub and push the final folder later with `ssa-hf push`")
+    if get_token() is None:
+        raise ConfigError("push_to_hub: no Hugging Face token, so the push after training would fail; run "
+                          "`hf auth login` or set HF_TOKEN first")
+
+
+def pretrain(config: PretrainConfig) -> PretrainResult:
+    """Train a causal or masked LM as `config` says; returns the output folders and metrics. The output folder
+    is locked for the run's lifetime: a second run into it fails with an error naming this one."""
     config.validate()
     model_config_for(config)  # fail before any data work on a model that cannot run this config
     output_dir = Path(config.output_dir)
-    run_name = config.run_name or output_dir.resolve().name
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ConfigError(f"output_dir {output_dir} is a file, not a folder; give a folder path")
+    check_push_settings(config)
     accelerator = _make_accelerator(config, output_dir)
-    main = accelerator.is_main_process
-    resume_from = resolve_resume(config.resume, output_dir)
-    if resume_from is None and list_checkpoints(output_dir):
+    lock = RunLock(output_dir, "pretraining run")
+    on_main(accelerator, lambda: lock.acquire() and None)
+    try:
+        return _pretrain_locked(config, accelerator, output_dir)
+    finally:
+        lock.release()
+
+
+def _start_point(config: PretrainConfig, output_dir: Path) -> ResumePoint:
+    """(Main process, holding the lock.) The checkpoint to resume from; with --overwrite_output_dir, the old
+    checkpoints removed. Temporary folders of a killed save are removed either way."""
+    remove_stale_temporaries(checkpoints_dir(output_dir))
+    point = resolve_resume(config.resume, output_dir)
+    if point.checkpoint is None and any(PATTERN.match(p.name) for p in _children(checkpoints_dir(output_dir))):
         if not config.overwrite_output_dir:
             raise ConfigError(
                 f"output_dir {output_dir} already has checkpoints; pass --resume to continue the run or "
                 "--overwrite_output_dir to start afresh (its checkpoints are then deleted)"
             )
-        if main:
-            shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
-            (output_dir / "log_history.jsonl").unlink(missing_ok=True)
-        accelerator.wait_for_everyone()
+        shutil.rmtree(checkpoints_dir(output_dir), ignore_errors=True)
+        (output_dir / "log_history.jsonl").unlink(missing_ok=True)
+    return point
+
+
+def _children(folder: Path) -> list[Path]:
+    return list(folder.iterdir()) if folder.is_dir() else []
+
+
+def _pretrain_locked(config: PretrainConfig, accelerator, output_dir: Path) -> PretrainResult:
+    from accelerate.utils import set_seed
+    from tqdm.auto import tqdm
+
+    run_name = config.run_name or output_dir.resolve().name
+    main = accelerator.is_main_process
+    start = on_main(accelerator, lambda: _start_point(config, output_dir))
+    resume_from = start.checkpoint
     accumulation = config.accumulation_steps(accelerator.num_processes)
 
     # ---- tokenizer and data (the main process first: it trains the tokenizer and fills the datasets cache)
@@ -369,14 +426,14 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
         if resume_from is not None:
             from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(str(resume_from / "tokenizer"))
+            tokenizer = AutoTokenizer.from_pretrained(str(resume_from / "tokenizer"), trust_remote_code=False)
         elif main:
             tokenizer = obtain_tokenizer(config, texts[0])
             tokenizer.save_pretrained(str(output_dir / "tokenizer"))
         else:
             from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(str(output_dir / "tokenizer"))
+            tokenizer = AutoTokenizer.from_pretrained(str(output_dir / "tokenizer"), trust_remote_code=False)
         corpus = build_corpus(config.data, tokenizer, config.task, texts=texts, seed=config.seed, show_progress=main)
     stream = corpus.batch_stream(
         config.per_device_train_batch_size, accelerator.process_index, accelerator.num_processes, config.seed, config.data
@@ -397,16 +454,17 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     )
     scheduler = make_scheduler(optimizer, config)
     model, optimizer = accelerator.prepare(model, optimizer)
-    accelerator.register_for_checkpointing(scheduler)
+    prepared = model  # (before compilation: the checkpoint reads and restores its state)
     if config.torch_compile:
         model = torch.compile(model)
     unwrapped = accelerator.unwrap_model(model)
     parameters = sum(p.numel() for p in unwrapped.parameters())
 
-    step, tokens_local, examples_seen = 0, 0, 0
+    step, tokens_local, examples_seen, skipped_steps = 0, 0, 0, 0
     if resume_from is not None:
-        trainer_state, data_state = load_checkpoint(accelerator, resume_from)
+        trainer_state, data_state = load_checkpoint(accelerator, resume_from, prepared, optimizer, scheduler)
         step = int(trainer_state["step"])
+        skipped_steps = int(trainer_state.get("skipped_nonfinite_steps", 0))
         tokens_local = int(trainer_state["tokens_seen_per_process"][accelerator.process_index])
         examples_seen = int(trainer_state["examples_seen_per_process"][accelerator.process_index])
         stream.load_state_dict(data_state)
@@ -428,7 +486,7 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     # throughput is timed per logging window (ended by the reduce, which waits for the device), without the
     # time spent logging, evaluating and saving; the first window (warm-up, compilation) is left out of the total
     window_loss = torch.zeros((), device=accelerator.device)
-    window_steps, window_tokens = 0, 0
+    window_steps, window_counted, window_tokens = 0, 0, 0  # (counted: steps whose loss was finite)
     windows: list[tuple[float, float]] = []  # (global tokens, seconds) per window
     last_loss = float("nan")
     last_eval: dict[str, float] | None = None
@@ -464,21 +522,26 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
                 loss = model(**batch).loss
                 accelerator.backward(loss / accumulation)
             step_loss += loss.detach().float() / accumulation
-        grad_norm = None
-        if config.max_grad_norm > 0:
-            grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        optimizer.step()
+        # (max_grad_norm 0: an infinite bound computes the norm and leaves the gradients unchanged)
+        grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm or math.inf)
+        grad_norm = _full(grad_norm) if grad_norm is not None else None
+        skip = _nonfinite_step(accelerator, config, step + 1, step_loss, grad_norm)
+        if skip:
+            skipped_steps += 1
+        else:
+            optimizer.step()
+            window_loss += step_loss
+            window_counted += 1
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
-        window_loss += step_loss
         window_steps += 1
         progress.update(1)
 
         is_last = step == stop_at
         if step % config.logging_steps == 0 or is_last:
             reduced = accelerator.reduce(
-                torch.stack([window_loss.double() / window_steps, step_loss.double(),
+                torch.stack([window_loss.double() / max(window_counted, 1), step_loss.double(),
                              torch.tensor(float(window_tokens), dtype=torch.float64, device=accelerator.device)]),
                 reduction="sum",
             ).tolist()
@@ -497,12 +560,14 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
             }
             if grad_norm is not None:
                 record["grad_norm"] = float(grad_norm)
+            if config.skip_nonfinite_steps:
+                record["skipped_nonfinite_steps"] = skipped_steps
             record.update(scoring_statistics(unwrapped))
             log(record)
             progress.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['learning_rate']:.2e}",
                                  tok_s=f"{record['tokens_per_second']:.0f}")
             window_loss.zero_()
-            window_steps, window_tokens = 0, 0
+            window_steps, window_counted, window_tokens = 0, 0, 0
         if validation and ((config.eval_steps and step % config.eval_steps == 0) or is_last):
             last_eval = evaluate(model, validation, config.task, tokenizer.pad_token_id,
                                  config.per_device_eval_batch_size, accelerator)
@@ -516,11 +581,12 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
                 "tokens_seen_per_process": tokens_per_process,
                 "num_processes": accelerator.num_processes,
                 "examples_seen_per_process": _gather_ints(accelerator, examples_seen),
+                "skipped_nonfinite_steps": skipped_steps,
                 "run_name": run_name,
                 "config": config.to_dict(),
             }
             save_checkpoint(accelerator, output_dir, step, trainer_state, stream.state_dict(), tokenizer,
-                            config.save_total_limit)
+                            config.save_total_limit, prepared, optimizer, scheduler)
         if window_steps == 0:
             window_start = time.perf_counter()  # the next window starts after logging, evaluating and saving
     progress.close()
@@ -564,6 +630,8 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
         "train_tokens_per_second": sum(t for t, _ in timed) / timed_seconds if timed_seconds > 0 else None,
         "wall_time_s": wall,
         "resumed_from": str(resume_from) if resume_from is not None else None,
+        "resume_skipped_checkpoints": start.skipped,
+        "skipped_nonfinite_steps": skipped_steps,
         "global_batch_size": config.per_device_train_batch_size * accumulation * accelerator.num_processes,
         "gradient_accumulation_steps": accumulation,
         "mixed_precision": accelerator.mixed_precision,
@@ -590,6 +658,29 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     accelerator.wait_for_everyone()
     accelerator.end_training()  # closes the trackers (and, when distributed, the process group): last
     return result
+
+
+def _nonfinite_step(accelerator, config: PretrainConfig, step: int, loss: torch.Tensor, grad_norm) -> bool:
+    """True if this step's loss (on any process) or gradient norm is NaN/inf and the user asked to skip such
+    steps; raises NonFiniteError naming the step if not. With fp16 loss scaling, non-finite gradients are the
+    scaler's business (it skips those updates itself), so only the loss is checked."""
+    checks = [loss.detach().float().reshape(())]
+    if grad_norm is not None and getattr(accelerator, "scaler", None) is None:
+        checks.append(grad_norm.detach().float().reshape(()).to(loss.device))
+    bad = (~torch.isfinite(torch.stack(checks))).float()
+    bad = accelerator.reduce(bad, reduction="sum") if accelerator.num_processes > 1 else bad
+    if not bool(bad.any()):
+        return False
+    if config.skip_nonfinite_steps:
+        logger.warning("step %d: non-finite loss or gradient norm; update skipped (--skip_nonfinite_steps)", step)
+        return True
+    what = "the loss" if bad[0] > 0 else "the gradient norm"
+    raise NonFiniteError(
+        f"step {step}: {what} is not finite (loss {float(loss):.6g}"
+        + (f", gradient norm {float(grad_norm):.6g}" if grad_norm is not None else "")
+        + "); training stopped before the update, no checkpoint of this step is written. Lower learning_rate, "
+        "check the data, or pass --skip_nonfinite_steps to skip such steps (counted in metrics.json)"
+    )
 
 
 def _gather_ints(accelerator, value: int) -> list[int]:
@@ -671,7 +762,8 @@ def export_final(accelerator, model, tokenizer, config: PretrainConfig, metrics:
             copy = type(model)(model.config)
             copy.load_state_dict(state)
             model = copy
-    if accelerator.is_main_process:
+
+    def write() -> None:
         save_checkpoint_folder(
             model,
             final,
@@ -685,7 +777,8 @@ def export_final(accelerator, model, tokenizer, config: PretrainConfig, metrics:
             base_preset=config.model.preset,
             model_name=config.run_name or output_dir.resolve().name,
         )
-    accelerator.wait_for_everyone()
+
+    on_main(accelerator, write)  # (a failure, e.g. a full disk, stops every process, not only the main one)
     return final
 
 

@@ -143,10 +143,13 @@ def evaluate_perplexity(
     device: str | None = None,
     dtype: str = "float32",
     output_dir: str | None = None,
+    trust_remote_code: bool = False,
 ) -> list[PerplexityResult]:
     """Perplexity of the causal LM at `model_path` on random windows of each corpus in `data` (Hub data set names
     or local files; `name`/`split`/`text_field` apply to Hub names) and, with `heldout=True`, of the held-out
-    documents of the run that trained it (in-distribution). Writes perplexity.json/.md into `output_dir`."""
+    documents of the run that trained it (in-distribution). Writes perplexity.json/.md into `output_dir`. The model
+    folder's own Python code (config.json auto_map) runs only with `trust_remote_code=True`; ssa-hf checkpoints
+    load with the installed classes without it."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     import ssa_hf  # noqa: F401  (registers the model classes)
@@ -159,7 +162,7 @@ def evaluate_perplexity(
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
     if not Path(model_path).is_dir() and not Path(model_path).exists() and "/" not in str(model_path):
         raise FileNotFoundError(f"model folder {model_path!r} does not exist")
-    config = AutoConfig.from_pretrained(model_path, trust_remote_code=True)
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
     architectures = getattr(config, "architectures", None) or []
     if architectures and not any(a.endswith("ForCausalLM") for a in architectures):
         raise ValueError(
@@ -175,9 +178,12 @@ def evaluate_perplexity(
     for path in corpora:
         source = TextSource(path=path, name=name, split=split, text_field=text_field, max_documents=max_documents)
         sources.append((iter_texts(source), source.describe()))
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype, trust_remote_code=True).to(device)
+    from ..devices import resolve_device
+
+    device = resolve_device(device)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype, trust_remote_code=trust_remote_code)
+    model = model.to(device)
     results = []
     for texts, description in sources:
         stream, documents = corpus_token_stream(tokenizer, texts)

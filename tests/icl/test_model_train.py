@@ -75,7 +75,8 @@ def test_two_step_training_run(tmp_path):
     assert all(torch.isfinite(torch.tensor(h["loss"])) for h in result.history)
     assert [h["points"] for h in result.history] == [5, 7]  # the curriculum
     checkpoint = tmp_path / "run" / CHECKPOINT
-    assert (checkpoint / "model.safetensors").is_file() and (checkpoint / "optimizer.bin").is_file()
+    assert (checkpoint / "model.safetensors").is_file() and (checkpoint / "optimizer.safetensors").is_file()
+    assert not list(checkpoint.glob("*.pkl")) and not list(checkpoint.glob("*.bin"))  # nothing pickled
     assert json.loads((checkpoint / "run_spec.json").read_text())["scoring"] == "ssa"
     assert not any(p.name.startswith(".checkpoint") for p in (tmp_path / "run").iterdir())
     # the SSA parameters were trained

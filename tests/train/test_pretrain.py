@@ -95,7 +95,7 @@ def test_checkpoint_guards(corpora, tmp_path):
     assert [s for s, _ in list_checkpoints(tmp_path / "run")] == [1, 2]  # save_total_limit 0 keeps all
     with pytest.raises(ConfigError, match="already has checkpoints"):
         pretrain(config)
-    # an interrupted save (no trainer_state.json) is never resumed from
+    # an interrupted save (no manifest.json, written last) is never resumed from
     partial = tmp_path / "run" / "checkpoints" / "step-00000003"
     partial.mkdir()
     (partial / "model.safetensors").write_bytes(b"partial")
