@@ -18,6 +18,8 @@ Ratios are against SDPA softmax of the same length and mode, measured in the sam
     python scripts/bench_attention.py --quick           # L in 256, 1024, 2048; softmax, ssa; 3 repeats (~10 min)
     python scripts/bench_attention.py                   # L in 256, 1024, 2048, 4096
     python scripts/bench_attention.py --lengths 2048 --variants "sdpa softmax" "blockwise ssa" --output b.json
+    python scripts/bench_attention.py --lengths 2048 --modes fwd fwd+bwd --variants "blockwise ssa" --load 1 2
+                                                        # quiet, beside 1 and 2 busy processes (alternating)
 
 Timing pins glibc's malloc thresholds (REFERENCE section 5): without them tile buffers are mapped and zeroed
 afresh or not depending on the process's history. The script re-executes itself with them when they are unset
@@ -74,18 +76,16 @@ def _refusal(variant: str, scoring: str, mode: str) -> str | None:
                                             torch.device("cpu"), 0.0)
 
 
-def child(cell: dict) -> dict:
+def _make_call(cell: dict, variant: str, scoring: str):
+    """A zero-argument function running one call of `variant` on the cell's inputs (forward, or forward and
+    backward for fwd+bwd), and the tensors whose gradients it writes."""
     import torch
     import torch.nn.functional as F
 
     import ssa_hf
     from ssa_hf.models.blockwise import blockwise_attention
 
-    torch.set_num_threads(cell["threads"])
-    variant, scoring, mode, length = cell["variant"], cell["scoring"], cell["mode"], cell["length"]
-    refusal = _refusal(variant, scoring, mode)
-    if refusal:
-        return {"skipped": refusal}
+    mode, length = cell["mode"], cell["length"]
     train = mode == "fwd+bwd"
     B, H, Hkv, D = cell["batch"], cell["heads"], cell["kv_heads"], cell["head_dim"]
     dtype = getattr(torch, cell["dtype"])
@@ -122,6 +122,50 @@ def child(cell: dict) -> dict:
         out = attend()
         out.backward(grad_out)
         return out
+
+    return call, leaves
+
+
+def paired_child(cell: dict) -> dict:
+    """Time every variant of the cell alternately in this one process (round-robin, `repeats` rounds after
+    warm-up), so that each sees the same machine load; medians per variant."""
+    import torch
+
+    torch.set_num_threads(cell["threads"])
+    calls, times, out = {}, {}, {}
+    for label, variant, scoring in cell["variants"]:
+        refusal = _refusal(variant, scoring, cell["mode"])
+        if refusal:
+            out[label] = {"skipped": refusal}
+            continue
+        calls[label] = _make_call(cell, variant, scoring)[0]
+        times[label] = []
+        for _ in range(cell["warmup"]):
+            calls[label]()
+    deadline = time.perf_counter() + cell["budget_s"]
+    for i in range(cell["repeats"]):
+        for label, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[label].append(time.perf_counter() - start)
+        if i >= 2 and time.perf_counter() > deadline:
+            break
+    for label, ts in times.items():
+        out[label] = {"time_s": statistics.median(ts), "min_s": min(ts), "repeats": len(ts)}
+    return out
+
+
+def child(cell: dict) -> dict:
+    import torch
+
+    if "variants" in cell:
+        return paired_child(cell)
+    torch.set_num_threads(cell["threads"])
+    variant, scoring, mode = cell["variant"], cell["scoring"], cell["mode"]
+    refusal = _refusal(variant, scoring, mode)
+    if refusal:
+        return {"skipped": refusal}
+    call, leaves = _make_call(cell, variant, scoring)
 
     start = time.perf_counter()
     for _ in range(cell["warmup"]):
@@ -203,6 +247,61 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+class BusyProcesses:
+    """N processes spinning `while True: pass` for the duration of a `with` block (what a data-loader worker or
+    a second job does to the cores a kernel runs on)."""
+
+    def __init__(self, count: int):
+        self.count, self.procs = count, []
+
+    def __enter__(self):
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.count)]
+        time.sleep(0.5 if self.count else 0.0)
+        return self
+
+    def __exit__(self, *exc):
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+
+
+def run_paired(args, variants, lengths, modes, base_cell) -> list[dict]:
+    """Every (load, length, mode): all variants timed alternately in one child process while `load` busy
+    processes run; ratios against SDPA softmax of the same child."""
+    rows = []
+    for load in [0] + split_args(args.load):
+        load = int(load)
+        with BusyProcesses(load):
+            for length in lengths:
+                for mode in modes:
+                    cell = {**base_cell, "length": length, "mode": mode, "variants": variants,
+                            "repeats": args.decode_repeats if mode == "decode" else args.repeats}
+                    result = run_cell(cell, args.timeout_s)
+                    cells = {label: result.get(label, result) for label, _, _ in variants}
+                    base = cells["sdpa softmax"]
+                    for label, c in cells.items():
+                        row = {"load": load, "length": length, "mode": mode, "variant": label, **c}
+                        if "time_s" in c and "time_s" in base:
+                            row["time_ratio"] = c["time_s"] / base["time_s"]
+                        rows.append(row)
+                        print(f"load={load} L={length:<5} {mode:8s} {label:26s} "
+                              + (f"{1e3 * c['time_s']:9.2f} ms  x{row.get('time_ratio', float('nan')):.2f}"
+                                 if "time_s" in c else str(c.get("skipped") or c.get("error"))[:100]),
+                              file=sys.stderr, flush=True)
+    return rows
+
+
+def paired_table(rows: list[dict]) -> str:
+    lines = ["| busy processes | L | mode | variant | time (ms) | x SDPA (same load) | note |",
+             "|---:|---:|---|---|---:|---:|---|"]
+    for r in rows:
+        note = r.get("skipped") or r.get("error") or ""
+        lines.append(f"| {r['load']} | {r['length']} | {r['mode']} | {r['variant']} "
+                     f"| {_fmt(r.get('time_s') and 1e3 * r['time_s'], '.2f')} | {_fmt(r.get('time_ratio'), '.2f')} "
+                     f"| {note[:100]} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", nargs="+", default=["256", "1024", "2048", "4096"], help="e.g. 256 1024 or 256,1024")
@@ -223,6 +322,9 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="per cell")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--quick", action="store_true", help="L in 256, 1024, 2048; scorings softmax, ssa; 3 repeats; eager up to 1024")
+    parser.add_argument("--load", nargs="+", default=None,
+                        help="also time beside N busy processes (e.g. --load 1 2): every variant is then timed "
+                             "alternately with SDPA in one process, quiet first, then at each load (time only)")
     parser.add_argument("--output", default="bench_attention.json")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -253,7 +355,9 @@ def main(argv=None) -> int:
                  "budget_s": args.budget_s}
     rows = []
     started = time.perf_counter()
-    for length in lengths:
+    if args.load:
+        rows = run_paired(args, variants, lengths, modes, base_cell)
+    for length in ([] if args.load else lengths):
         for mode in modes:
             cells = {}
             for label, backend, scoring in variants:
@@ -283,8 +387,8 @@ def main(argv=None) -> int:
                "shape": f"B={args.batch} H={args.heads} Hkv={args.kv_heads or args.heads} D={args.head_dim} "
                         f"{args.dtype}, causal (decode: 1 query, no mask)",
                "repeats": args.repeats, "decode_repeats": args.decode_repeats, "malloc_env": MALLOC_ENV,
-               "busy_before": busy_before, "busy_after": busy_fraction(), "wall_s": round(time.perf_counter() - started, 1)}
-    text = table(rows)
+               "busy_before": busy_before, "load": args.load, "busy_after": busy_fraction(), "wall_s": round(time.perf_counter() - started, 1)}
+    text = paired_table(rows) if args.load else table(rows)
     Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows, "table": text}, indent=2) + "\n")
     print(f"\n{machine['shape']}; {machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; median of "
           f"{args.repeats} (decode {args.decode_repeats}); ratios against SDPA softmax in the same run; machine busy "

@@ -39,3 +39,13 @@ def test_bench_model_rows(tmp_path):
     for row in rows:
         assert row["train_tokens_per_s"] > 0 and row["decode_tokens_per_s"] > 0
     assert rows[1]["train_tokens_per_s_vs_softmax"] == 1.0 and rows[2]["train_tokens_per_s_vs_sdpa"] == 1.0
+
+
+def test_bench_attention_paired_quiet_and_beside_a_busy_process(tmp_path):
+    rows = _run("bench_attention.py", "--lengths", "32", "--modes", "fwd+bwd", "--variants", "blockwise ssa",
+                "--repeats", "1", "--warmup", "1", "--load", "1", tmp_path=tmp_path)
+    assert {(r["load"], r["variant"]) for r in rows} == {(load, v) for load in (0, 1)
+                                                          for v in ("sdpa softmax", "blockwise ssa")}
+    for row in rows:
+        assert "error" not in row, row
+        assert row["time_s"] > 0 and row["time_ratio"] > 0
