@@ -294,6 +294,8 @@ def scored_attention(
     kv_heads, kv_len = key.shape[1], key.shape[2]
     if key.shape != value.shape[:3] + (key.shape[3],) or key.shape[:3] != value.shape[:3]:
         raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} must agree in batch, heads and length")
+    if key.shape[0] != batch:
+        raise ValueError(f"query has batch size {batch} and key {key.shape[0]}: give them the same batch size")
     if kv_heads != heads and not (enable_gqa and heads % kv_heads == 0):
         raise ValueError(f"query has {heads} heads and key {kv_heads}: pass enable_gqa=True (and H % Hkv == 0)")
     if key.shape[-1] != head_dim:

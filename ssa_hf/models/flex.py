@@ -51,8 +51,16 @@ def _flex_fn(compile: bool | None, device: torch.device, head_dim: int):
 
     if compile is None:
         compile = os.environ.get("SSA_HF_FLEX_COMPILE", "1") != "0"
-    if compile and device.type == "cpu" and head_dim < CPU_COMPILED_MIN_HEAD_DIM:
-        if head_dim not in _logged_uncompiled and not torch.compiler.is_compiling():
+    small_on_cpu = device.type == "cpu" and head_dim < CPU_COMPILED_MIN_HEAD_DIM
+    if small_on_cpu and torch.compiler.is_compiling():
+        # inside a compiled model the kernel would be compiled whatever this function returns
+        raise NotImplementedError(
+            f"FlexAttention on CPU with head_dim {head_dim} < {CPU_COMPILED_MIN_HEAD_DIM} gives wrong results when "
+            f"compiled (torch's CPU kernel); under torch.compile use attn_implementation 'ssa_blockwise' or "
+            f"'ssa_eager' (backend 'blockwise' or 'eager'), or run without torch.compile"
+        )
+    if compile and small_on_cpu:
+        if head_dim not in _logged_uncompiled:
             _logged_uncompiled.add(head_dim)
             logger.info(
                 "ssa-hf flex: head_dim %d < %d on CPU runs uncompiled (torch's compiled CPU kernel is wrong there)",

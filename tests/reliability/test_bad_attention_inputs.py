@@ -30,6 +30,10 @@ def _one(index, change):
     return apply
 
 
+def _all_dims():
+    return lambda q, k, v: (q[0], k[0], v[0])
+
+
 # (id, change to (q, k, v), extra keyword arguments, error type, message)
 BAD_INPUTS = [
     ("int64", _all(torch.int64), {}, TypeError, r"query has dtype torch.int64.*pass float16, bfloat16, float32 or float64"),
@@ -42,6 +46,9 @@ BAD_INPUTS = [
     ("half_value", _one(2, lambda t: t.half()), {}, TypeError, r"one dtype.*convert them with .to\(query.dtype\)"),
     ("meta_key", _one(1, lambda t: t.to("meta")), {}, ValueError, r"one device, got cpu, meta and cpu"),
     ("list_query", _one(0, lambda t: t.tolist()), {}, TypeError, "query must be a torch.Tensor"),
+    ("batch", _one(0, lambda t: t.expand(2, -1, -1, -1)), {}, ValueError, "query has batch size 2 and key 1"),
+    ("three_dims", _all_dims(), {}, ValueError, r"must be 4-D \[batch, heads, length, head_dim\]"),
+    ("key_dim", _one(1, lambda t: t[..., :4]), {}, ValueError, "query and key head dims differ: 8 vs 4"),
     *[(f"scale={s}", None, {"scale": s}, ValueError, r"scale must be a finite number > 0 \(or None")
       for s in (math.nan, math.inf, -math.inf, 0.0, -0.5, "0.1", True)],
     *[(f"b={b}", None, {"b": b}, ValueError, "b must be finite") for b in (math.nan, math.inf)],

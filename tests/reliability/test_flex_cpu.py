@@ -62,3 +62,18 @@ def test_small_head_dims_run_uncompiled_and_agree_with_eager(compiled_flex, dim)
         out = ssa_attention(q, k, v, 1.0, 1.5, backend="flex")
     assert not compiled_flex, "torch's compiled CPU kernel is wrong below head_dim 32: it must not run"
     torch.testing.assert_close(out, ssa_attention(q, k, v, 1.0, 1.5, backend="eager"), atol=1e-5, rtol=1e-4)
+
+
+def test_small_head_dim_inside_a_compiled_function_is_refused_or_right():
+    # inside torch.compile the kernel would be compiled anyway: refused clearly (or, where dynamo runs the call
+    # outside the graph, the uncompiled path gives the right numbers) - never the compiled kernel's wrong ones
+    q, k, v = qkv(16)
+    compiled = torch.compile(lambda q, k, v: ssa_attention(q, k, v, 1.0, 1.5, backend="flex"))
+    try:
+        with torch.no_grad():
+            out = compiled(q, k, v)
+    except Exception as error:  # dynamo may wrap the error it traced
+        assert "head_dim 16 < 32 gives wrong results when compiled" in str(error)
+        assert "ssa_blockwise" in str(error)
+    else:
+        torch.testing.assert_close(out, ssa_attention(q, k, v, 1.0, 1.5, backend="eager"), atol=1e-5, rtol=1e-4)
