@@ -107,7 +107,12 @@ def resolve_preset_path(name_or_path: str | os.PathLike) -> Path:
         return candidate
     path = presets_dir() / f"{text}.yaml"
     if not path.is_file():
-        raise ValueError(f"unknown model preset {text!r}; choose from {list_presets()} or give a YAML file path")
+        from .models.scoring import closest_name
+
+        raise ValueError(
+            f"unknown model preset {text!r}{closest_name(text, list_presets())} "
+            f"Choose from {list_presets()} or give a YAML file path"
+        )
     return path
 
 

@@ -131,11 +131,9 @@ def _open_binary(path: Path):
     return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
 
 
-def iter_file_texts(path: Path, fmt: str, text_field: str = "text") -> Iterator[str]:
-    """The documents of one local file, checked record by record (errors name the file and the line)."""
-    if fmt == "parquet":
-        yield from _iter_parquet(path, text_field)
-        return
+def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line without its end) for every line of a text file (optionally gzip); a line that is not
+    UTF-8, or a truncated gzip stream, raises a ValueError naming the file and the line."""
     with _open_binary(path) as handle:
         number = 0
         while True:
@@ -145,24 +143,51 @@ def iter_file_texts(path: Path, fmt: str, text_field: str = "text") -> Iterator[
             except (OSError, EOFError) as error:  # a truncated or corrupt gzip stream
                 raise ValueError(f"{path}, line {number}: cannot read the file ({error})") from None
             if not raw:
-                break
+                return
             try:
-                line = raw.decode("utf-8")
+                yield number, raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as error:
                 raise ValueError(f"{path}, line {number}: not valid UTF-8 ({error})") from None
-            if fmt == "text":
-                line = line.rstrip("\r\n")
-                if line.strip():
-                    yield line
-                continue
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}, line {number}: malformed JSON record ({error.msg} at column {error.colno})") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{path}, line {number}: expected a JSON object, got {type(record).__name__}")
+
+
+def iter_jsonl_records(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, record) for every non-blank line of a JSON Lines file; a line that is not a JSON object
+    raises a ValueError naming the file and the line."""
+    for number, line in iter_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}, line {number}: malformed JSON record ({error.msg} at column {error.colno})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}, line {number}: expected a JSON object, got {type(record).__name__}")
+        yield number, record
+
+
+def iter_file_texts(path: Path, fmt: str, text_field: str = "text") -> Iterator[str]:
+    """The documents of one local file, checked record by record (errors name the file and the line).
+
+    A file without a single document (empty, blank lines only, or only empty texts) is an error: it is
+    almost always a failed download or export, and would otherwise give an empty corpus."""
+    count = 0
+    for text in _file_texts(path, fmt, text_field):
+        count += 1
+        yield text
+    if count == 0:
+        raise ValueError(
+            f"{path}: no documents (the file is empty, or holds only blank lines or empty texts); "
+            f"remove it or point the path at the data"
+        )
+
+
+def _file_texts(path: Path, fmt: str, text_field: str) -> Iterator[str]:
+    if fmt == "parquet":
+        yield from _iter_parquet(path, text_field)
+    elif fmt == "text":
+        yield from (line for _, line in iter_lines(path) if line.strip())
+    else:
+        for number, record in iter_jsonl_records(path):
             if text_field not in record:
                 raise ValueError(
                     f"{path}, line {number}: record has no field {text_field!r} (fields: {sorted(record)}); "
@@ -188,13 +213,28 @@ def _iter_parquet(path: Path, text_field: str) -> Iterator[str]:
     if text_field not in names:
         raise ValueError(f"{path}: no column {text_field!r} (columns: {names}); set text_field to the text column")
     row = 0
-    for batch in parquet.iter_batches(columns=[text_field], batch_size=1024):
+    for batch in _parquet_batches(parquet, path, text_field):
         for value in batch.column(0).to_pylist():
             row += 1
             if not isinstance(value, str):
                 raise ValueError(f"{path}, row {row}: column {text_field!r} is {type(value).__name__}, not a string")
             if value.strip():
                 yield value
+
+
+def _parquet_batches(parquet, path: Path, text_field: str):
+    """The record batches of one column; a corrupt page (footer intact) raises a ValueError naming the file."""
+    batches = parquet.iter_batches(columns=[text_field], batch_size=1024)
+    number = 0
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except Exception as error:  # pyarrow raises its own error types (ArrowInvalid, OSError, ...)
+            raise ValueError(f"{path}: corrupt Parquet data after row {number} ({error})") from None
+        number += batch.num_rows
+        yield batch
 
 
 def _generate(files: list[str], formats: list[str], text_field: str, max_documents: int | None, stamps: list[str]):

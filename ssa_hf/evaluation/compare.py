@@ -120,7 +120,64 @@ def _from_lm_eval_output(data: dict[str, Any], path: Path) -> dict[str, Any]:
     }
 
 
+# the fields the report reads from each kind of result, as dotted paths -> type
+_REQUIRED_FIELDS = {
+    "lm_eval": {"tasks": dict},
+    "zorro": {
+        "settings": dict, "settings.methods": list, "settings.pairs_per_paradigm": dict, "settings.paradigms": list,
+        "settings.zorro_version": str, "settings.zorro_dir": str, "paradigms": dict, "mean": dict,
+    },
+}
+
+
+def _field(data: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            raise KeyError(dotted)
+        data = data[part]
+    return data
+
+
+def check_result(kind: str, data: dict[str, Any], path: Path) -> None:
+    """A ValueError naming the file and the field when a result lacks what the report reads."""
+
+    def fail(what: str) -> None:
+        raise ValueError(f"result {path}: {kind} result {what}; regenerate the file (ssa-hf eval / probe) or fix it")
+
+    for dotted, kind_type in _REQUIRED_FIELDS[kind].items():
+        try:
+            value = _field(data, dotted)
+        except KeyError:
+            fail(f"has no field {dotted!r}")
+        if not isinstance(value, kind_type):
+            fail(f"field {dotted!r} is {type(value).__name__}, expected {kind_type.__name__}")
+    if kind == "lm_eval":
+        for task, entry in data["tasks"].items():
+            if not isinstance(entry, dict) or not isinstance(entry.get("metrics"), dict):
+                fail(f"task {task!r} has no 'metrics' mapping")
+            for metric, value in entry["metrics"].items():
+                if not isinstance(value, dict) or "value" not in value:
+                    fail(f"metric {task}/{metric} has no 'value'")
+        return
+    for method in data["settings"]["methods"]:
+        if not isinstance(data["mean"].get(method), (int, float)):
+            fail(f"has no numeric mean for method {method!r}")
+        for paradigm, entry in data["paradigms"].items():
+            if not isinstance(entry, dict) or not isinstance((entry.get(method) or {}).get("accuracy"), (int, float)):
+                fail(f"paradigm {paradigm!r} has no accuracy for method {method!r}")
+
+
 def classify(data: Any, path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """[(kind, result)] found in one JSON document (kind: lm_eval, zorro or perplexity); a result of a known kind
+    that lacks a field the report reads raises a ValueError naming the file and the field."""
+    found = _classify(data, path)
+    for kind, result in found:
+        if kind in _REQUIRED_FIELDS:
+            check_result(kind, result, path)
+    return found
+
+
+def _classify(data: Any, path: Path) -> list[tuple[str, dict[str, Any]]]:
     """[(kind, result)] found in one JSON document (kind: lm_eval, zorro or perplexity)."""
     if isinstance(data, list):
         # `ssa-hf perplexity` writes a list of records {"model": ..., "data": ..., "perplexity": ...}

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..reporting import OutputDir
-from ._config import config_from_yaml
+from ._config import check_dtype, config_from_yaml
 from .checkpoint import check_tokenizer, checkpoint_info, default_name, resolve_model
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,7 @@ class EvalConfig:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.threads is not None and int(self.threads) < 1:
             raise ValueError(f"threads must be >= 1, got {self.threads}")
+        check_dtype(self.dtype)
 
 
 @dataclass

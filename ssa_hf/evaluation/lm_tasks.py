@@ -20,8 +20,12 @@ relative data paths against the working directory, not the YAML) into a folder t
 A task whose files `datasets`' json loader cannot read as they are (PIQA keeps its labels in a separate file) has a
 `prepare` step that writes a joined JSON Lines file into that folder; nothing is written next to the data.
 
+Every record of the local files is checked before lm-eval reads them (`LocalTask.check`): lm-eval renders prompts
+with Jinja, where a missing field is silently empty or false, so a BoolQ record without `answer` would be scored
+as "no". A bad record raises a ValueError naming the file and the line.
+
 Adding a multiple-choice task: add a `LocalTask` to `LOCAL_TASKS` (stock YAML path inside lm_eval/tasks, the data
-files by split, and any field overrides).
+files by split, any field overrides, and the record check).
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..data.sources import iter_jsonl_records, iter_lines
 from ..reporting import atomic_write_bytes
+from ._config import did_you_mean
 
 #: The tag every local task carries: `--tasks ssa_hf_local` runs all of them.
 LOCAL_TAG = "ssa_hf_local"
@@ -59,22 +65,96 @@ class LocalTask:
     overrides: dict[str, Any] = field(default_factory=dict)
     prepare: Callable[[dict[str, Path], Path], dict[str, Path]] | None = None
     note: str = ""
+    # what a record must hold for the stock prompt: returns what is wrong with one record, or None
+    check: Callable[[dict[str, Any]], str | None] | None = None
+
+
+# ----------------------------------------------------------------------------------------- record checks
+# lm-eval renders the prompt with Jinja, where a missing field is silently empty or false (a BoolQ record
+# without `answer` would be scored as "no"): every record is checked before lm-eval sees the files.
+
+
+def _wrong_fields(record: dict[str, Any], **types: type | tuple[type, ...]) -> str | None:
+    for name, kind in types.items():
+        if name not in record:
+            return f"has no field {name!r} (fields: {sorted(record)})"
+        value = record[name]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            wanted = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            return f"field {name!r} is {type(value).__name__} {value!r:.40}, expected {wanted}"
+    return None
+
+
+def _string_list(value: Any, name: str, minimum: int = 2) -> str | None:
+    if not isinstance(value, list) or len(value) < minimum or not all(isinstance(v, str) for v in value):
+        return f"field {name!r} must be a list of at least {minimum} strings, got {value!r:.60}"
+    return None
+
+
+def _check_arc(record: dict[str, Any]) -> str | None:
+    problem = _wrong_fields(record, question=str, choices=dict, answerKey=str)
+    if problem:
+        return problem
+    choices = record["choices"]
+    problem = _string_list(choices.get("text"), "choices.text") or _string_list(choices.get("label"), "choices.label")
+    if problem:
+        return problem
+    if len(choices["text"]) != len(choices["label"]):
+        return f"choices.text has {len(choices['text'])} entries but choices.label {len(choices['label'])}"
+    if record["answerKey"] not in choices["label"]:
+        return f"answerKey {record['answerKey']!r} is not one of choices.label {choices['label']}"
+    return None
+
+
+def _check_boolq(record: dict[str, Any]) -> str | None:
+    return _wrong_fields(record, question=str, passage=str, answer=bool)
+
+
+def _check_hellaswag(record: dict[str, Any]) -> str | None:
+    problem = _wrong_fields(record, query=str, endings=list, label=int) or _string_list(record["endings"], "endings")
+    if problem:
+        return problem
+    if not 0 <= record["label"] < len(record["endings"]):
+        return f"label {record['label']} is not an index of its {len(record['endings'])} endings"
+    return None
+
+
+def _check_piqa(record: dict[str, Any]) -> str | None:
+    return _wrong_fields(record, goal=str, sol1=str, sol2=str)
+
+
+def check_task_file(task: LocalTask, path: Path) -> int:
+    """Check every record of one JSON Lines data file of `task`; the number of records. A ValueError names the
+    file, the line and what is wrong; a file without records is an error too."""
+    count = 0
+    for number, record in iter_jsonl_records(path):
+        problem = task.check(record) if task.check else None
+        if problem:
+            raise ValueError(f"{path}, line {number}: {task.name} record {problem}; fix or remove the record")
+        count += 1
+    if count == 0:
+        raise ValueError(f"{path}: no {task.name} records (the file is empty); point --data-dir at the data")
+    return count
+
+
+def _is_jsonl(path: Path) -> bool:
+    return path.name.lower().endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz"))
 
 
 def _prepare_piqa(files: dict[str, Path], folder: Path) -> dict[str, Path]:
     """PIQA ships its labels in a separate file aligned by line: join them into one JSON Lines file."""
-    questions = files["validation"].read_text(encoding="utf-8").splitlines()
+    records = [record for _, record in iter_jsonl_records(files["validation"])]  # checked by check_task_file
     labels_file = files["validation_labels"]
-    labels = labels_file.read_text(encoding="utf-8").split()
-    questions = [line for line in questions if line.strip()]
-    if len(questions) != len(labels):
+    labels = [(number, line.strip()) for number, line in iter_lines(labels_file) if line.strip()]
+    if len(records) != len(labels):
         raise ValueError(
-            f"piqa: {files['validation']} has {len(questions)} records but {labels_file} has {len(labels)} labels; "
+            f"piqa: {files['validation']} has {len(records)} records but {labels_file} has {len(labels)} labels; "
             "they must be aligned line by line"
         )
     rows = []
-    for line, label in zip(questions, labels):
-        record = json.loads(line)
+    for record, (number, label) in zip(records, labels):
+        if label not in ("0", "1"):
+            raise ValueError(f"{labels_file}, line {number}: label {label!r} is not 0 or 1")
         record["label"] = int(label)
         rows.append(json.dumps(record, ensure_ascii=False))
     out = folder / "data" / "piqa_validation.jsonl"
@@ -88,6 +168,7 @@ def _arc(name: str, subset: str) -> LocalTask:
         stock_yaml=f"arc/{name}.yaml",
         files={split: f"arc/{subset}-{split}.jsonl" for split in ("train", "validation", "test")},
         eval_split="test",
+        check=_check_arc,
     )
 
 
@@ -102,6 +183,7 @@ LOCAL_TASKS: dict[str, LocalTask] = {
         # the Hub copy (super_glue) has an int `label`, 1 = yes; the local export has a bool `answer`
         overrides={"doc_to_target": "{{ 1 if answer else 0 }}"},
         note="google/boolq validation export (bool `answer`), same 3,270 questions as super_glue/boolq",
+        check=_check_boolq,
     ),
     "hellaswag": LocalTask(
         name="hellaswag",
@@ -111,6 +193,7 @@ LOCAL_TASKS: dict[str, LocalTask] = {
         # the local copy is already pre-processed into {query, endings, label}; the stock process_docs needs the
         # original ctx_a/ctx_b/activity_label fields, which it lacks
         overrides={"process_docs": None, "doc_to_text": "{{query}}", "doc_to_choice": "endings", "doc_to_target": "label"},
+        check=_check_hellaswag,
         note=(
             "text rendering of hellaswag_val.jsonl (klosax/hellaswag_text_data): ctx_b is not capitalised and only "
             "the [header]/[step]/[substeps]/[title] tags are removed, so scores can differ slightly from stock"
@@ -123,6 +206,7 @@ LOCAL_TASKS: dict[str, LocalTask] = {
         eval_split="validation",
         prepare=_prepare_piqa,
         note="official release files (valid.jsonl + valid-labels.lst), joined at run time",
+        check=_check_piqa,
     ),
 }
 
@@ -169,6 +253,9 @@ def resolve_files(task: LocalTask, data_dir: str | Path) -> dict[str, Path]:
 def local_task_config(task: LocalTask, data_dir: str | Path, folder: Path) -> dict[str, Any]:
     """The YAML mapping of one local task (its data prepared into `folder` when needed)."""
     files = resolve_files(task, data_dir)
+    for path in files.values():
+        if _is_jsonl(path):
+            check_task_file(task, path)
     if task.prepare is not None:
         files = task.prepare(files, folder)
     if task.eval_split not in files:
@@ -201,7 +288,8 @@ def write_local_tasks(data_dir: str | Path, folder: str | Path, tasks: list[str]
     unknown = [name for name in names if name not in LOCAL_TASKS]
     if unknown:
         raise ValueError(
-            f"unknown task(s) {unknown} for --data-dir: local copies exist for {sorted(LOCAL_TASKS)} "
+            f"unknown task(s) {unknown}{did_you_mean(unknown, LOCAL_TASKS)} for --data-dir: local copies exist for "
+            f"{sorted(LOCAL_TASKS)} "
             "(without --data-dir any lm-eval task runs from the Hub)"
         )
     folder = Path(folder).expanduser().resolve()
@@ -229,5 +317,8 @@ def task_manager(data_dir: str | Path | None, tasks: list[str], folder: str | Pa
     manager = TaskManager()
     unknown = [name for name in tasks if name not in manager.all_tasks]
     if unknown:
-        raise ValueError(f"unknown lm-eval task(s) {unknown}; list them with `lm_eval ls tasks`")
+        raise ValueError(
+            f"unknown lm-eval task(s) {unknown}{did_you_mean(unknown, manager.all_tasks)}; "
+            "list them with `lm_eval ls tasks`"
+        )
     return manager

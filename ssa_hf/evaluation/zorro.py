@@ -20,8 +20,9 @@ from typing import Any
 
 import torch
 
+from ..data.sources import iter_lines
 from ..reporting import OutputDir
-from ._config import config_from_yaml
+from ._config import check_dtype, closest, config_from_yaml, did_you_mean
 from .checkpoint import check_tokenizer, checkpoint_info, default_name, resolve_model
 
 log = logging.getLogger(__name__)
@@ -97,13 +98,16 @@ class ProbeConfig:
             self.paradigms = [p for p in self.paradigms.split(",") if p]
         for method in self.methods or []:
             if method not in SCORING_METHODS:
-                raise ValueError(f"unknown scoring method {method!r}; choose from {list(SCORING_METHODS)}")
+                raise ValueError(
+                    f"unknown scoring method {method!r}{closest(method, SCORING_METHODS)} Choose from {list(SCORING_METHODS)}"
+                )
         if self.limit is not None and int(self.limit) < 1:
             raise ValueError(f"limit (pairs per paradigm) must be >= 1, got {self.limit}")
         if int(self.batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.threads is not None and int(self.threads) < 1:
             raise ValueError(f"threads must be >= 1, got {self.threads}")
+        check_dtype(self.dtype)
 
 
 @dataclass
@@ -146,7 +150,7 @@ def resolve_zorro_dir(zorro_dir: str | Path, version: str = "sentences") -> Path
 def load_paradigm(path: str | Path, limit: int | None = None) -> list[tuple[str, str]]:
     """(ungrammatical, grammatical) pairs: odd lines are ungrammatical, even lines grammatical (1-based)."""
     path = Path(path)
-    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    lines = [line.strip() for _, line in iter_lines(path)]
     while lines and not lines[-1]:
         lines.pop()
     if not lines:
@@ -164,8 +168,10 @@ def load_zorro(folder: Path, paradigms: list[str] | None = None, limit: int | No
     names = list(paradigms) if paradigms else list(ZORRO_PARADIGMS)
     missing = [name for name in names if not (folder / f"{name}.txt").is_file()]
     if missing:
+        present = sorted(p.stem for p in folder.glob("*.txt"))
         raise FileNotFoundError(
             f"missing Zorro paradigm file(s) in {folder}: {', '.join(f'{m}.txt' for m in missing)}"
+            f"{did_you_mean(missing, present)}"
             + ("" if paradigms else " (all 23 paradigms are scored unless --paradigms names a subset)")
         )
     return {name: load_paradigm(folder / f"{name}.txt", limit) for name in names}
@@ -339,7 +345,8 @@ def load_probe_model(config: ProbeConfig, model: str):
     if kind == "auto":
         kind = "mlm" if is_masked_lm_config(model_config) else "causal"
     auto_class = AutoModelForMaskedLM if kind == "mlm" else AutoModelForCausalLM
-    kwargs: dict[str, Any] = {"trust_remote_code": config.trust_remote_code, "dtype": getattr(torch, config.dtype)}
+    dtype = config.dtype if config.dtype == "auto" else getattr(torch, check_dtype(config.dtype))
+    kwargs: dict[str, Any] = {"trust_remote_code": config.trust_remote_code, "dtype": dtype}
     if config.attn_implementation:
         kwargs["attn_implementation"] = config.attn_implementation
     try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Callable
 
@@ -184,8 +185,54 @@ def _causal_mask(q_len: int, kv_len: int, device) -> Tensor:
     return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril()
 
 
+# dtypes the kernels compute in (half inputs are scored in float32); float8, integer, bool and complex are refused
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _check_inputs(query, key, value, attn_mask, scale, dropout_p) -> None:
+    """The checks of the public entry: every backend may assume what passes here."""
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor [batch, heads, length, head_dim], got {type(tensor).__name__}")
+        if tensor.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(
+                f"{name} has dtype {tensor.dtype}, which attention does not support; pass float16, bfloat16, float32 "
+                f"or float64 (e.g. {name}.to(torch.bfloat16))"
+            )
+    if not query.dtype == key.dtype == value.dtype:
+        raise TypeError(
+            f"query, key and value must have one dtype, got {query.dtype}, {key.dtype} and {value.dtype}; "
+            f"convert them with .to(query.dtype)"
+        )
+    if not query.device == key.device == value.device:
+        raise ValueError(
+            f"query, key and value must be on one device, got {query.device}, {key.device} and {value.device}; "
+            f"move them with .to(query.device)"
+        )
+    if attn_mask is not None:
+        if not isinstance(attn_mask, Tensor):
+            raise TypeError(f"attn_mask must be a boolean torch.Tensor or None, got {type(attn_mask).__name__}")
+        if attn_mask.device != query.device:
+            raise ValueError(f"attn_mask is on {attn_mask.device} and query on {query.device}; move it with .to(query.device)")
+    if scale is not None and not (_is_real(scale) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a finite number > 0 (or None for 1/sqrt(head_dim)), got {scale!r}")
+    if not (_is_real(dropout_p) and 0.0 <= dropout_p < 1.0):
+        raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _as_head_tensor(value, heads: int, name: str, device, positive: bool) -> Tensor:
-    tensor = value if isinstance(value, Tensor) else torch.tensor(float(value))
+    if isinstance(value, Tensor):
+        tensor = value
+        if tensor.dtype == torch.bool or tensor.is_complex():
+            raise TypeError(f"{name} must be a real number or a float tensor of shape [num_heads={heads}], got dtype {tensor.dtype}")
+    elif _is_real(value):
+        tensor = torch.tensor(float(value))
+    else:
+        raise TypeError(f"{name} must be a real number or a float tensor of shape [num_heads={heads}], got {value!r}")
     if not tensor.is_floating_point():
         tensor = tensor.float()
     tensor = tensor.to(device)
@@ -234,6 +281,7 @@ def scored_attention(
     Returns:
         [B, H, Lq, D] in the dtype of `value` (and the weights [B, H, Lq, Lk] with `return_weights`).
     """
+    _check_inputs(query, key, value, attn_mask, scale, dropout_p)
     if not isinstance(scoring, str):
         return _mixed_scored_attention(
             query, key, value, scoring, params, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
@@ -246,6 +294,8 @@ def scored_attention(
     kv_heads, kv_len = key.shape[1], key.shape[2]
     if key.shape != value.shape[:3] + (key.shape[3],) or key.shape[:3] != value.shape[:3]:
         raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} must agree in batch, heads and length")
+    if key.shape[0] != batch:
+        raise ValueError(f"query has batch size {batch} and key {key.shape[0]}: give them the same batch size")
     if kv_heads != heads and not (enable_gqa and heads % kv_heads == 0):
         raise ValueError(f"query has {heads} heads and key {kv_heads}: pass enable_gqa=True (and H % Hkv == 0)")
     if key.shape[-1] != head_dim:
@@ -269,6 +319,12 @@ def scored_attention(
         mask = attn_mask
         while mask.dim() < 4:
             mask = mask.unsqueeze(0)
+        target = (batch, heads, q_len, kv_len)
+        if mask.dim() > 4 or any(m not in (1, t) for m, t in zip(mask.shape, target)):
+            raise ValueError(
+                f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to [batch, heads, q_len, kv_len] = "
+                f"{list(target)}; give it shape [q_len, kv_len], [batch, 1, q_len, kv_len] or {list(target)}"
+            )
     if _is_linear(spec):
         # causal structure + key padding, never materialised as [Lq, Lk] (refuses other mask patterns)
         mask = linear_mask(mask, q_len, kv_len, is_causal)

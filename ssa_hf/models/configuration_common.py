@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .scoring import ALL_SCORING_FUNCTIONS, ScoringOptions
+from .scoring import ALL_SCORING_FUNCTIONS, ScoringOptions, closest_name
 
 SCORING_CONFIG_DOC = r"""
         attention_scoring (`str` or `list[str]`, *optional*, defaults to `"ssa"`):
@@ -24,20 +24,20 @@ SCORING_CONFIG_DOC = r"""
             whatever the optimiser does; `"exp"`: b = exp(a), n = exp(r) (the authors' nanoGPT code; n >= 1 is not
             enforced).
         ssa_b_init (`float`, *optional*, defaults to 1.0):
-            Initial (or fixed) value of SSA's b; must be > 0.
+            Initial (or fixed) value of SSA's b, in [1e-4, 1e4].
         ssa_n_init (`float`, *optional*, defaults to 1.5):
-            Initial (or fixed) value of SSA's n; must be >= 1. Under `softplus`, a learnable n starts at no less
+            Initial (or fixed) value of SSA's n, in [1, 1e4]. Under `softplus`, a learnable n starts at no less
             than 1.001 so that its raw value is finite.
         ssa_learn_b (`bool`, *optional*, defaults to `True`):
             Whether b is trained (else a fixed buffer).
         ssa_learn_n (`bool`, *optional*, defaults to `True`):
             Whether n is trained (else a fixed buffer).
         temperature_init (`float`, *optional*, defaults to 1.0):
-            Temperature t of `attention_scoring="temperature"` (softmax(s / t)); must be > 0.
+            Temperature t of `attention_scoring="temperature"` (softmax(s / t)), in [1e-4, 1e4].
         temperature_learnable (`bool`, *optional*, defaults to `False`):
             Whether t is trained.
         ssmax_s_init (`float`, *optional*, defaults to 0.43):
-            Initial scale s of `attention_scoring="ssmax"` (softmax(s log(N) x)); learned, must be > 0.
+            Initial scale s of `attention_scoring="ssmax"` (softmax(s log(N) x)); learned, in [1e-4, 1e4].
         entmax_alpha_init (`float`, *optional*, defaults to 1.5):
             alpha of `attention_scoring="entmax_alpha"`, in (1, 2].
         entmax_alpha_learnable (`bool`, *optional*, defaults to `False`):
@@ -45,6 +45,9 @@ SCORING_CONFIG_DOC = r"""
         cosformer_length (`float`, *optional*):
             CosFormer's length scale m in cos(pi/2 * (i - j) / m), fixed; defaults to `max_position_embeddings`.
             Longer inputs are refused (the re-weighting would turn negative).
+
+        Every numeric field must be a finite number in its range (the positive ones are bounded so that they
+        survive a cast of the model to float16); the config raises a `ValueError` naming the field and the range.
 """
 
 
@@ -83,7 +86,10 @@ class ScoringConfigMixin:
             raise ValueError("attention_scoring: empty list; give a name or one name per head")
         for name in names:
             if name not in ALL_SCORING_FUNCTIONS:
-                raise ValueError(f"attention_scoring: unknown scoring function {name!r}; choose from {list(ALL_SCORING_FUNCTIONS)}")
+                raise ValueError(
+                    f"attention_scoring: unknown scoring function {name!r}{closest_name(name, ALL_SCORING_FUNCTIONS)} "
+                    f"Choose from {list(ALL_SCORING_FUNCTIONS)}"
+                )
         if not isinstance(self.attention_scoring, str) and len(names) != self.num_attention_heads:
             raise ValueError(
                 f"attention_scoring: a list needs one name per head ({self.num_attention_heads}), got {len(names)}"

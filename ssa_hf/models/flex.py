@@ -11,6 +11,7 @@ Part of the remote-code unit: imports only torch and siblings.
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from functools import lru_cache
@@ -19,6 +20,8 @@ import torch
 from torch import Tensor
 
 from .scoring import ScoringFunction, ssa_logits
+
+logger = logging.getLogger("ssa_hf")
 
 
 def flex_available() -> bool:
@@ -36,11 +39,34 @@ def _compiled_flex():
     return torch.compile(flex_attention, dynamic=False)
 
 
-def _flex_fn(compile: bool | None):
+# torch 2.13's compiled CPU FlexAttention gives wrong values or NaN, varying from run to run, for head dims
+# below 32 (measured at 8 and 16 against eager; 24 to 128 matched): such calls run uncompiled (the unfused
+# reference path: correct, with the memory of the eager backend).
+CPU_COMPILED_MIN_HEAD_DIM = 32
+_logged_uncompiled: set = set()
+
+
+def _flex_fn(compile: bool | None, device: torch.device, head_dim: int):
     from torch.nn.attention.flex_attention import flex_attention
 
     if compile is None:
         compile = os.environ.get("SSA_HF_FLEX_COMPILE", "1") != "0"
+    small_on_cpu = device.type == "cpu" and head_dim < CPU_COMPILED_MIN_HEAD_DIM
+    if small_on_cpu and torch.compiler.is_compiling():
+        # inside a compiled model the kernel would be compiled whatever this function returns
+        raise NotImplementedError(
+            f"FlexAttention on CPU with head_dim {head_dim} < {CPU_COMPILED_MIN_HEAD_DIM} gives wrong results when "
+            f"compiled (torch's CPU kernel); under torch.compile use attn_implementation 'ssa_blockwise' or "
+            f"'ssa_eager' (backend 'blockwise' or 'eager'), or run without torch.compile"
+        )
+    if compile and small_on_cpu:
+        if head_dim not in _logged_uncompiled:
+            _logged_uncompiled.add(head_dim)
+            logger.info(
+                "ssa-hf flex: head_dim %d < %d on CPU runs uncompiled (torch's compiled CPU kernel is wrong there)",
+                head_dim, CPU_COMPILED_MIN_HEAD_DIM,
+            )
+        compile = False
     return _compiled_flex() if compile else flex_attention
 
 
@@ -57,6 +83,17 @@ def _causal_block_mask(q_len: int, kv_len: int, zero_key: int | None, device: to
             return (q_idx >= kv_idx) | (kv_idx == zero_key)
 
     return create_block_mask(mask_mod, None, None, q_len, kv_len, device=device)
+
+
+def _head_indexed(value: Tensor, heads: int, device: torch.device) -> Tensor:
+    """A parameter as a 1-D float32 tensor [heads] with its own storage, indexed by head in the score_mod.
+
+    Scalars and per-layer values arrive broadcast (a 0-dim tensor, or a stride-0 `expand` of one value); the
+    CPU code generator of torch 2.13 fails on a captured buffer without storage of its own ("All the buffers
+    in the score and mask subgraph should be in kernel_group.args.input_buffers"), so materialise it.
+    """
+    value = value.to(device=device, dtype=torch.float32).reshape(-1)
+    return value.expand(heads).contiguous() if value.numel() == 1 else value.contiguous()
 
 
 def make_score_mod(spec: ScoringFunction, params: dict[str, Tensor], row_log_count: Tensor | None, zero_key: int | None):
@@ -146,9 +183,9 @@ def flex_scored_attention(
             return dense[b, 0, q_idx, kv_idx]
 
         block_mask = create_block_mask(mask_mod, batch, None, q_len, kv_len, device=query.device)
-    params = {k: v.to(device=query.device, dtype=torch.float32) for k, v in params.items()}
+    params = {k: _head_indexed(v, heads, query.device) for k, v in params.items()}
     score_mod = make_score_mod(spec, params, row_log_count, zero_key)
-    fn = _flex_fn(compile)
+    fn = _flex_fn(compile, query.device, query.shape[-1])
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
         out = fn(

@@ -22,6 +22,7 @@ standard library (`entmax` lazily, for the functions that need it).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -32,6 +33,14 @@ from torch import Tensor, nn
 from .linear import LINEAR_ATTENTIONS, LinearAttention
 
 Params = dict[str, Tensor]
+
+
+def closest_name(value, choices) -> str:
+    """'; did you mean X?' for a near miss among `choices`, else '.' (ends the sentence either way)."""
+    import difflib
+
+    match = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    return f"; did you mean {match[0]!r}?" if match else "."
 
 
 def _per_head(value: Tensor, scores: Tensor) -> Tensor:
@@ -373,7 +382,8 @@ def get_scoring_function(name: str) -> ScoringFunction | LinearAttention:
         return ALL_SCORING_FUNCTIONS[name]
     except (KeyError, TypeError):
         raise ValueError(
-            f"Unknown scoring function {name!r}. Available: {', '.join(ALL_SCORING_FUNCTIONS)}."
+            f"Unknown scoring function {name!r}{closest_name(name, ALL_SCORING_FUNCTIONS)} "
+            f"Available: {', '.join(ALL_SCORING_FUNCTIONS)}."
         ) from None
 
 
@@ -432,6 +442,50 @@ class ConstrainedParameter(nn.Module):
                 self.raw.fill_(_inverse_softplus(max(init - self.floor, 1e-3)))
 
 
+GRANULARITIES = ("head", "layer")
+SCORING_FLAGS = ("ssa_learn_b", "ssa_learn_n", "temperature_learnable", "entmax_alpha_learnable")
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    """The allowed range of one numeric scoring field, [low, high] with `low` excluded when `low_open`."""
+
+    field: str
+    low: float
+    high: float
+    low_open: bool = False
+    optional: bool = False  # None allowed (a default is derived elsewhere)
+
+    def describe(self) -> str:
+        left = "(" if self.low_open else "["
+        high = "inf)" if math.isinf(self.high) else f"{self.high:g}]"
+        return f"{left}{self.low:g}, {high}"
+
+    def check(self, value) -> None:
+        if value is None and self.optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"{self.field} must be a number in {self.describe()}, got {value!r} ({type(value).__name__})")
+        above_low = value > self.low if self.low_open else value >= self.low
+        if not (math.isfinite(value) and above_low and value <= self.high):
+            raise ValueError(f"{self.field} must be a finite number in {self.describe()}, got {value!r}")
+
+
+# Initial (or fixed) values of the scoring parameters. Positive values are kept within [1e-4, 1e4] so that
+# they survive a cast of the model to float16 (whose range ends at 65504 and whose normal numbers start at
+# 6e-5) and n * log1p(b |s|) stays finite in float32 for any score a model produces.
+PARAMETER_LIMITS = (1e-4, 1e4)
+SCORING_FIELD_RULES = (
+    FieldRule("ssa_b_init", *PARAMETER_LIMITS),
+    FieldRule("ssa_n_init", 1.0, PARAMETER_LIMITS[1]),
+    FieldRule("temperature_init", *PARAMETER_LIMITS),
+    FieldRule("ssmax_s_init", *PARAMETER_LIMITS),
+    FieldRule("entmax_alpha_init", 1.0, 2.0, low_open=True),
+    # CosFormer's length scale m: a position count, kept in float32 by the linear kernels
+    FieldRule("cosformer_length", 0.0, math.inf, low_open=True, optional=True),
+)
+
+
 @dataclass
 class ScoringOptions:
     """Settings of the scoring parameters; the model configs carry the same names as fields."""
@@ -460,22 +514,16 @@ class ScoringOptions:
         return options
 
     def validate(self) -> None:
-        if self.ssa_granularity not in ("head", "layer"):
-            raise ValueError(f"ssa_granularity must be 'head' or 'layer', got {self.ssa_granularity!r}")
-        if self.ssa_parametrization not in PARAMETRIZATIONS:
-            raise ValueError(f"ssa_parametrization must be one of {PARAMETRIZATIONS}, got {self.ssa_parametrization!r}")
-        if not (self.ssa_b_init > 0 and math.isfinite(self.ssa_b_init)):
-            raise ValueError(f"ssa_b_init must be a finite number > 0, got {self.ssa_b_init}")
-        if not (self.ssa_n_init >= 1 and math.isfinite(self.ssa_n_init)):
-            raise ValueError(f"ssa_n_init must be a finite number >= 1, got {self.ssa_n_init}")
-        if not (self.temperature_init > 0 and math.isfinite(self.temperature_init)):
-            raise ValueError(f"temperature_init must be > 0, got {self.temperature_init}")
-        if not (self.ssmax_s_init > 0 and math.isfinite(self.ssmax_s_init)):
-            raise ValueError(f"ssmax_s_init must be > 0, got {self.ssmax_s_init}")
-        if not (1.0 < self.entmax_alpha_init <= 2.0):
-            raise ValueError(f"entmax_alpha_init must be in (1, 2], got {self.entmax_alpha_init}")
-        if self.cosformer_length is not None and not (self.cosformer_length > 0 and math.isfinite(self.cosformer_length)):
-            raise ValueError(f"cosformer_length must be a finite number > 0 (or None), got {self.cosformer_length}")
+        """Raise ValueError naming the first field outside its declared range (`SCORING_FIELD_RULES`)."""
+        for name, allowed in (("ssa_granularity", GRANULARITIES), ("ssa_parametrization", PARAMETRIZATIONS)):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}{closest_name(value, allowed)}")
+        for name in SCORING_FLAGS:
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for rule in SCORING_FIELD_RULES:
+            rule.check(getattr(self, rule.field))
 
 
 class ScoringModule(nn.Module):

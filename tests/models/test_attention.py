@@ -167,10 +167,10 @@ def test_refusals_say_what_to_do(kwargs, error, match):
 
 
 def test_flex_compiled_forward_matches_eager():
-    # the one compiled FlexAttention call of the suite (CPU inference path)
+    # the one compiled FlexAttention call of this file (CPU inference path; head_dim >= 32, see flex.py)
     from ssa_hf.models.flex import flex_scored_attention
 
-    (q, k, v), mask = make_inputs(heads=4, kv_heads=2, q_len=32, kv_len=32, dim=16)
+    (q, k, v), mask = make_inputs(heads=4, kv_heads=2, q_len=32, kv_len=32, dim=32)
     params = params_for("ssa", heads=4)
     out = flex_scored_attention(q, k, v, SCORING_FUNCTIONS["ssa"], params, mask, 0.25, compile=True)
     ref = scored_attention(q, k, v, "ssa", params, attn_mask=mask, enable_gqa=True, scale=0.25, backend="eager")
