@@ -607,8 +607,10 @@ TORCH_LIBRARY(SSA_HF_NS, m) {
 }
 """
 
-FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-ffp-contract=fast"]
-FLAGS_PORTABLE = ["-O3", "-fopenmp-simd", "-fno-math-errno", "-ffp-contract=fast"]
+# -fno-trapping-math lets the compiler if-convert the selects in the tile loops and vectorise them (8x faster
+# here); results are the same, only floating-point exception flags may differ
+FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast"]
+FLAGS_PORTABLE = ["-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast"]
 
 _LOCK = threading.Lock()
 _STATE = {"ops": None, "tried": False, "off_warned": False}
