@@ -34,6 +34,7 @@ logger = logging.getLogger("ssa_hf.icl")
 CHECKPOINT = "checkpoint"
 _OLD = ".checkpoint.old"
 _SPEC = "run_spec.json"
+_TRAINED_STEPS = "trained_steps"
 # fields that may change between a stop and a resume without invalidating the checkpoint
 _RESUMABLE_CHANGES = {"steps", "checkpoint_every", "log_every"}
 
@@ -136,13 +137,16 @@ def _fsync_tree(path: Path) -> None:
                 os.fsync(handle.fileno())
 
 
-def save_checkpoint(accelerator, run_dir: Path, spec: RunSpec) -> Path:
-    """accelerate's save_state into a temporary folder, then renamed to `run_dir/checkpoint`."""
+def save_checkpoint(accelerator, run_dir: Path, spec: RunSpec, step: int) -> Path:
+    """accelerate's save_state into a temporary folder, then renamed to `run_dir/checkpoint`.
+
+    The run spec is saved beside it with the steps trained so far, so that a later call can tell without
+    loading anything whether the checkpoint fits what it asks for."""
     tmp = run_dir / f".checkpoint.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     accelerator.save_state(str(tmp))
-    atomic_write_json(tmp / _SPEC, spec.to_dict())
+    atomic_write_json(tmp / _SPEC, {**spec.to_dict(), _TRAINED_STEPS: step})
     _fsync_tree(tmp)
     final, old = run_dir / CHECKPOINT, run_dir / _OLD
     if final.exists():
@@ -154,21 +158,30 @@ def save_checkpoint(accelerator, run_dir: Path, spec: RunSpec) -> Path:
     return final
 
 
-def _check_resumable(checkpoint: Path, spec: RunSpec) -> None:
+def resume_problem(checkpoint: Path, spec: RunSpec, steps_done: int | None = None) -> str | None:
+    """Why `spec` cannot resume or reuse `checkpoint` (None when it can): another run, other settings, or more
+    steps trained than `spec` asks for (its results would be reported as those of a shorter run)."""
     saved = json.loads((checkpoint / _SPEC).read_text())
     current = json.loads(json.dumps(spec.to_dict()))  # same types as the saved JSON
     for key in ("task", "scoring", "seed", "model"):
         if saved.get(key) != current[key]:
-            raise ValueError(
-                f"{checkpoint} belongs to a different run ({key}: {saved.get(key)!r} vs {current[key]!r}); "
-                f"use another output folder or delete it"
-            )
+            return f"it belongs to a different run ({key}: {saved.get(key)!r}, now {current[key]!r})"
     for key, value in current["train"].items():
         if key not in _RESUMABLE_CHANGES and saved["train"].get(key) != value:
-            raise ValueError(
-                f"{checkpoint} was trained with train.{key}={saved['train'].get(key)!r}, now {value!r}; "
-                f"use another output folder or delete it"
-            )
+            return (f"it was trained with train.{key}={saved['train'].get(key)!r}, now {value!r}; to reuse it, "
+                    f"ask for train.{key}={saved['train'].get(key)!r}")
+    steps_done = saved.get(_TRAINED_STEPS) if steps_done is None else steps_done
+    if steps_done is not None and steps_done > spec.train.steps:
+        return (f"it has trained {steps_done} steps, more than train.steps={spec.train.steps}; to reuse it, ask for "
+                f"train.steps={steps_done} (ssa-hf icl --steps {steps_done})")
+    return None
+
+
+def _check_resumable(checkpoint: Path, spec: RunSpec, steps_done: int | None = None) -> None:
+    problem = resume_problem(checkpoint, spec, steps_done)
+    if problem is not None:
+        raise ValueError(f"cannot resume {checkpoint}: {problem}; to train anew, use another output folder or "
+                         f"delete {checkpoint.parent}")
 
 
 def build_model(spec: RunSpec, attn_implementation: str = "ssa_auto") -> ICLModel:
@@ -213,6 +226,7 @@ def train_run(
     if checkpoint is not None:
         _check_resumable(checkpoint, spec)
         accelerator.load_state(str(checkpoint))
+        _check_resumable(checkpoint, spec, steps_done=state.step)  # for checkpoints without trained_steps
         resumed_from = state.step
         logger.info("%s: resuming from step %d (%s)", spec.name, state.step, checkpoint)
 
@@ -252,11 +266,11 @@ def train_run(
         if state.step % spec.train.checkpoint_every == 0 or state.step == total:
             state.train_seconds += time.perf_counter() - started
             started = time.perf_counter()
-            save_checkpoint(accelerator, run_dir, spec)
+            save_checkpoint(accelerator, run_dir, spec, state.step)
     bar.close()
     state.train_seconds += time.perf_counter() - started if steps_here else 0.0
     if checkpoint is None and steps_here == 0:
-        save_checkpoint(accelerator, run_dir, spec)
+        save_checkpoint(accelerator, run_dir, spec, state.step)
 
     model = accelerator.unwrap_model(model)
     model.eval()

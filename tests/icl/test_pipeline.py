@@ -114,3 +114,40 @@ def test_parallel_workers_give_the_same_results(tmp_path, tiny_config):
     strip = lambda runs: [{k: v for k, v in r.items() if k not in ("train", "eval_seconds")} for r in runs]  # noqa: E731
     assert strip(parallel.runs) == strip(serial.runs)
     assert [r["train"]["history"] for r in parallel.runs] == [r["train"]["history"] for r in serial.runs]
+
+
+def _spec_file(folder, name="every-ssa-seed0"):
+    return folder / "runs" / name / "checkpoint" / "run_spec.json"
+
+
+def test_a_rerun_with_fewer_steps_refuses_instead_of_reporting_the_longer_run(tmp_path, tiny_config):
+    """`--steps 2` into a folder of 3-step runs must not report them as 2-step results."""
+    tiny_config.scoring, tiny_config.seeds, tiny_config.train.steps = ["ssa"], [0], 3
+    run_icl(tiny_config, tmp_path, progress=False, plots=False)
+    before = (tmp_path / "results.json").read_text()
+    tiny_config.train.steps = 2
+    with pytest.raises(ValueError, match=r"every-ssa-seed0: it has trained 3 steps, more than train.steps=2.*--steps 3"):
+        run_icl(tiny_config, tmp_path, progress=False, plots=False)
+    assert (tmp_path / "results.json").read_text() == before
+    # a checkpoint written before the steps were recorded: the finished run's result.json tells
+    spec = json.loads(_spec_file(tmp_path).read_text())
+    del spec["trained_steps"]
+    _spec_file(tmp_path).write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match="trained 3 steps"):
+        run_icl(tiny_config, tmp_path, progress=False, plots=False)
+    # more steps resume the run, and results.json reports what ran
+    tiny_config.train.steps = 4
+    results = run_icl(tiny_config, tmp_path, progress=False, plots=False)
+    assert [r["train"]["steps"] for r in results.runs] == [4] and results.runs[0]["train"]["resumed_from"] == 3
+    assert json.loads((tmp_path / "results.json").read_text())["config"]["train"]["steps"] == 4
+
+
+def test_a_rerun_with_other_settings_refuses_and_says_how_to_reuse(tmp_path, tiny_config):
+    tiny_config.scoring, tiny_config.seeds = ["ssa"], [0, 1]
+    run_icl(tiny_config, tmp_path, progress=False, plots=False)
+    tiny_config.train.lr *= 2
+    with pytest.raises(ValueError) as error:
+        run_icl(tiny_config, tmp_path, progress=False, plots=False)
+    message = str(error.value)
+    assert "every-ssa-seed0: it was trained with train.lr=" in message and "every-ssa-seed1" in message
+    assert "another --output-dir" in message
