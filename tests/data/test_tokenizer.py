@@ -76,3 +76,38 @@ def test_training_errors():
         train_bpe_tokenizer(CORPUS, "seq2seq")
     with pytest.raises(ValueError, match="vocab_size"):
         TokenizerConfig(vocab_size=100).validate()
+
+
+def test_trained_tokenizer_loads_without_custom_code_or_a_prompt(tmp_path, masked_tokenizer):
+    """A checkpoint folder holds remote code for the model; its tokenizer must load with transformers' own classes,
+    and AutoTokenizer (which reads config.json) must not stop on the trust_remote_code prompt once ssa_hf is
+    imported. Run in fresh processes with no terminal (the prompt would print, then fail or wait 15 s)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from ssa_hf.hub import save_checkpoint_folder
+    from tests.models.tiny import build
+
+    from ..conftest import REPO
+
+    model_dir = save_checkpoint_folder(build("bert"), tmp_path / "model", masked_tokenizer, card=False)
+    masked_tokenizer.save_pretrained(tmp_path / "tokenizer")
+    for folder in (model_dir, tmp_path / "tokenizer"):
+        saved = json.loads((folder / "tokenizer_config.json").read_text())
+        assert "auto_map" not in saved and saved["tokenizer_class"] in ("TokenizersBackend", "PreTrainedTokenizerFast")
+    expected = masked_tokenizer("the dog <mask>")["input_ids"]
+    script = (  # without ssa_hf: the stock class on the model folder, AutoTokenizer on the tokenizer folder;
+        # then AutoTokenizer on the model folder once ssa_hf is imported
+        "from transformers import AutoTokenizer, PreTrainedTokenizerFast\n"
+        f"print(PreTrainedTokenizerFast.from_pretrained({str(model_dir)!r})('the dog <mask>')['input_ids'])\n"
+        f"print(AutoTokenizer.from_pretrained({str(tmp_path / 'tokenizer')!r})('the dog <mask>')['input_ids'])\n"
+        "import ssa_hf\n"
+        f"print(AutoTokenizer.from_pretrained({str(model_dir)!r})('the dog <mask>')['input_ids'])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)), stdin=subprocess.DEVNULL, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "custom code" not in result.stdout + result.stderr
+    assert result.stdout.strip().splitlines() == [str(expected)] * 3
