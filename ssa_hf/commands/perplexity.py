@@ -19,6 +19,7 @@ def run(args) -> int:
         device=args.device,
         dtype=args.dtype,
         output_dir=args.output_dir,
+        progress=False if args.no_progress else None,
     )
     print(perplexity_table(results))
     if args.output_dir:
@@ -44,10 +45,13 @@ def register(subparsers) -> None:
     parser.add_argument("--text-field", default="text", help="field holding the text (default: text)")
     parser.add_argument("--max-documents", type=int, help="read at most this many documents per corpus")
     parser.add_argument("--windows", type=int, default=1000, help="number of random windows (default 1000)")
-    parser.add_argument("--window-length", type=int, default=1024, help="tokens per window (default 1024)")
+    parser.add_argument("--window-length", type=int,
+                        help="tokens per window (default: the length the model was trained on, i.e. its training "
+                             "run's block size, else max_position_embeddings; longer windows get a warning)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the window positions (default 0)")
     parser.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default 8)")
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda if available)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--output-dir", help="write perplexity.json and perplexity.md here")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars (they show on a terminal only)")
     parser.set_defaults(func=run)
