@@ -7,9 +7,11 @@ it runs), so `--help` and typos answer at once; a mistyped command or option get
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import logging
+import os
 import pkgutil
 import re
 import sys
@@ -73,11 +75,58 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def configure_logging(verbose: bool) -> None:
+class DropMessages(logging.Filter):
+    """Drops (and counts) library log records that hold nothing the user can act on."""
+
+    def __init__(self, *fragments: str):
+        super().__init__()
+        self.fragments, self.dropped = fragments, 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if any(fragment in record.getMessage() for fragment in self.fragments):
+            self.dropped += 1
+            return False
+        return True
+
+
+# logger -> message fragments dropped from it: accelerate's save_state warns about every tied weight it drops from
+# the file (transformers ties them again on load, and the tests check that loaded models are identical)
+_NOISE = {"accelerate.utils.other": ("Removed shared tensor",)}
+
+
+def configure_logging(verbose: bool = False) -> None:
+    """Log format and levels of the command line (also used by scripts/pretrain.py). Off a terminal (a log file,
+    CI), the Hub's and datasets' progress bars are off: their carriage-return updates only clutter the file."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     # libraries' INFO lines (accelerate's per-file checkpoint messages, HTTP requests) are nothing to act on
     for noisy in ("httpx", "urllib3", "filelock", "fsspec", "matplotlib", "PIL", "torch", "datasets", "accelerate"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    for name, fragments in _NOISE.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, DropMessages) for f in logger.filters):
+            logger.addFilter(DropMessages(*fragments))
+    if not sys.stderr.isatty():
+        for variable in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+            os.environ.setdefault(variable, "1")
+
+
+@contextlib.contextmanager
+def summarised_warnings(logger_name: str, fragments: tuple[str, ...], summary: str):
+    """Within the block, the warnings of `logger_name` that contain one of `fragments` (one per document, say) are
+    counted instead of printed; afterwards `summary % count` is logged once, if any came."""
+    logger, drop = logging.getLogger(logger_name), DropMessages(*fragments)
+    logger.addFilter(drop)
+    try:
+        yield drop
+    finally:
+        logger.removeFilter(drop)
+        if drop.dropped:
+            logging.getLogger("ssa_hf").warning(summary, drop.dropped)
+
+
+def show_progress(args) -> bool:
+    """Progress bars for a command: on a terminal, unless --no-progress."""
+    return not getattr(args, "no_progress", False) and sys.stderr.isatty()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """The `ssa-hf` command line: parsed before anything heavy is imported, typos answered with the closest name,
 and the light `import ssa_hf` that this needs still registers everything with transformers."""
 
+import argparse
 import os
 import subprocess
 import sys
@@ -89,3 +90,23 @@ def test_public_api_names_resolve():
     assert set(ssa_hf.__all__) <= set(dir(ssa_hf))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         ssa_hf.nope  # noqa: B018
+
+
+def test_library_noise_is_dropped_or_summarised(caplog):
+    import logging
+
+    from ssa_hf.cli import configure_logging, show_progress, summarised_warnings
+
+    configure_logging()
+    configure_logging()  # idempotent: one filter
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("accelerate.utils.other").warning("Removed shared tensor {'lm_head.weight'} while saving.")
+        logging.getLogger("accelerate.accelerator").info("Saving current state to /tmp/x")
+        logging.getLogger("accelerate.utils.other").warning("something else")
+        with summarised_warnings("lm_eval.models.huggingface", ("Truncating",), "cut %d requests") as counter:
+            for _ in range(3):
+                logging.getLogger("lm_eval.models.huggingface").warning("... Truncating 5 tokens from the left.")
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["something else", "cut 3 requests"] and counter.dropped == 3
+    assert len(logging.getLogger("accelerate.utils.other").filters) == 1
+    assert not show_progress(argparse.Namespace(no_progress=False))  # pytest's stderr is not a terminal

@@ -2,6 +2,7 @@
 
 
 def run(args) -> int:
+    from ..cli import show_progress
     from ..train.perplexity import evaluate_perplexity, perplexity_table
 
     results = evaluate_perplexity(
@@ -19,7 +20,7 @@ def run(args) -> int:
         device=args.device,
         dtype=args.dtype,
         output_dir=args.output_dir,
-        progress=False if args.no_progress else None,
+        progress=show_progress(args),
     )
     print(perplexity_table(results))
     if args.output_dir:

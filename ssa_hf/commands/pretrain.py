@@ -17,10 +17,19 @@ def full_parser():
     return parser
 
 
+def is_main_process() -> bool:
+    """False in the other processes of a distributed run (accelerate launch, torchrun)."""
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
+
+
 def run(args) -> int:
     from ..train import config_from_args, pretrain
 
     result = pretrain(config_from_args(full_parser().parse_args(args.extra_args)))
+    if not is_main_process():
+        return 0  # the main process prints the summary, once
     metrics = result.metrics
     print(
         f"steps {result.steps}; train loss {metrics.get('final_train_loss')}; validation perplexity "
