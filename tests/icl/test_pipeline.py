@@ -31,6 +31,13 @@ def test_pipeline_writes_results_report_and_plots(tmp_path, tiny_config):
     for name in ("every_error_vs_sigma", "every_error_vs_length", "every_error_per_position", "every_attention_probe"):
         png = tmp_path / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({name}.png)" in report
+    # every axis says what it shows; the attention maps have a colour scale
+    from ssa_hf.icl.report import _position_plot, _probe_plot
+    from ssa_hf.reporting import pyplot
+
+    probe_figure, position_figure = _probe_plot(results, "every", pyplot()), _position_plot(results, "every", pyplot())
+    assert sum(ax.get_label() == "<colorbar>" for ax in probe_figure.axes) == 1
+    assert all(ax.get_xlabel() and ax.get_ylabel() for ax in position_figure.axes + probe_figure.axes[:-1])
     # 2 training steps do not learn the rule, and the report says so
     assert results.failed_runs() and "failed:" in report
     # a second call reuses every finished run
