@@ -10,23 +10,25 @@ Every config key is an option (`--max_steps 100`, `--data.block_size 256`, `--mo
 """
 
 import argparse
-import logging
 import sys
 
 
 def main(argv=None) -> int:
+    from ssa_hf.cli import configure_logging
+    from ssa_hf.commands.pretrain import is_main_process
     from ssa_hf.train import add_pretrain_arguments, config_from_args, pretrain
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_pretrain_arguments(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging()
     try:
         config = config_from_args(args)
     except (ValueError, FileNotFoundError) as error:
         parser.error(str(error))
     result = pretrain(config)
-    print(f"steps {result.steps}; final folder {result.final_dir}; metrics {result.output_dir}/metrics.json")
+    if is_main_process():  # once, not once per process
+        print(f"steps {result.steps}; final folder {result.final_dir}; metrics {result.output_dir}/metrics.json")
     return 0
 
 

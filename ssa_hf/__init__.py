@@ -2,47 +2,89 @@
 
 Importing the package registers its attention implementations (`ssa_auto`, `ssa_eager`, `ssa_flex`,
 `ssa_blockwise`, with their mask functions) and its model classes with transformers' Auto classes.
+
+The import itself is light (no torch, no transformers), so that `ssa-hf --help` answers at once: the public
+names below load on first use, and the registration happens as soon as transformers is imported (at once if it
+already is), before any Auto class can be asked for an ssa-hf model.
 """
 
-from .models import (
-    ALL_SCORING_FUNCTIONS,
-    LINEAR_ATTENTIONS,
-    BACKENDS,
-    SCORING_FUNCTIONS,
-    ScoringOptions,
-    ScoringParameters,
-    get_scoring_function,
-    scored_attention,
-    ssa_attention,
-    supported_backends,
-)
-from .models.configuration_ssa_bert import SSABertConfig
-from .models.configuration_ssa_llama import SSALlamaConfig
-from .models.modeling_ssa_bert import SSABertForMaskedLM, SSABertForSequenceClassification, SSABertModel
-from .models.modeling_ssa_llama import SSALlamaForCausalLM, SSALlamaForSequenceClassification, SSALlamaModel
-from .models.registration import register_auto_classes
+from __future__ import annotations
 
-register_auto_classes()
+import importlib
+import importlib.util
+import sys
+import warnings
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ALL_SCORING_FUNCTIONS",
-    "LINEAR_ATTENTIONS",
-    "BACKENDS",
-    "SCORING_FUNCTIONS",
-    "SSABertConfig",
-    "SSABertForMaskedLM",
-    "SSABertForSequenceClassification",
-    "SSABertModel",
-    "SSALlamaConfig",
-    "SSALlamaForCausalLM",
-    "SSALlamaForSequenceClassification",
-    "SSALlamaModel",
-    "ScoringOptions",
-    "ScoringParameters",
-    "get_scoring_function",
-    "scored_attention",
-    "ssa_attention",
-    "supported_backends",
-]
+# public name -> the module that defines it
+_PUBLIC = {
+    **dict.fromkeys(
+        ["ALL_SCORING_FUNCTIONS", "LINEAR_ATTENTIONS", "BACKENDS", "SCORING_FUNCTIONS", "ScoringOptions",
+         "ScoringParameters", "get_scoring_function", "scored_attention", "ssa_attention", "supported_backends"],
+        ".models",
+    ),
+    "SSABertConfig": ".models.configuration_ssa_bert",
+    "SSALlamaConfig": ".models.configuration_ssa_llama",
+    **dict.fromkeys(["SSABertForMaskedLM", "SSABertForSequenceClassification", "SSABertModel"],
+                    ".models.modeling_ssa_bert"),
+    **dict.fromkeys(["SSALlamaForCausalLM", "SSALlamaForSequenceClassification", "SSALlamaModel"],
+                    ".models.modeling_ssa_llama"),
+}
+_SUBPACKAGES = {"cli", "commands", "data", "demo", "evaluation", "hub", "icl", "models", "presets", "reporting",
+                "train"}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f".{name}", __name__)
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name], __name__), name)  # ssa_hf.models registers on import
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | _SUBPACKAGES)
+
+
+def _register_models() -> None:
+    """Import ssa_hf.models, which registers everything with transformers (a no-op when already imported: if it
+    is importing right now, it registers at the end of its own import)."""
+    if f"{__name__}.models" in sys.modules:
+        return
+    try:
+        importlib.import_module(".models", __name__)
+    except Exception as error:  # a broken ssa-hf must not break `import transformers` for its user
+        warnings.warn(f"ssa-hf could not register its models with transformers: {error!r}", stacklevel=2)
+
+
+class _RegisterAfterTransformers:
+    """A one-shot import hook: lets transformers import as usual, then registers ssa-hf's models with it."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "transformers":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_transformers = loader.exec_module
+
+        def exec_module(module):
+            exec_transformers(module)
+            del loader.exec_module  # the loader's own method again
+            _register_models()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+if "transformers" in sys.modules:
+    _register_models()
+elif not any(isinstance(finder, _RegisterAfterTransformers) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _RegisterAfterTransformers())

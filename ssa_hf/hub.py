@@ -1043,6 +1043,76 @@ def _files_to_upload(folder: Path, ignore_patterns: Sequence[str]) -> list[str]:
     return list(filter_repo_objects(files, ignore_patterns=list(ignore_patterns)))
 
 
+class PushError(RuntimeError):
+    """A push that the Hub (or the network) refused; the message says what happened and what to do."""
+
+
+# HTTP status -> what to do about it
+_PUSH_ADVICE = {
+    401: "the Hub did not accept the token: run `hf auth login` again, or set HF_TOKEN to a valid token",
+    403: "the token may not write there: use a token with write access to {namespace}, or a namespace you own",
+    404: "the Hub found no {target}: check the repository id{branch_hint}",
+    409: "the Hub reported a conflict (another commit or a repository of another type at {repo_id}): retry, or "
+         "push to another repository",
+    413: "the Hub refused the upload's size: large weights need Git LFS / Xet support (`pip install -U "
+         "huggingface_hub`)",
+    429: "the Hub is rate-limiting this account: wait a few minutes and run the command again",
+}
+_NETWORK_ERRORS = {"ConnectionError", "TransportError", "TimeoutException", "Timeout", "ConnectError"}
+
+
+def explain_push_failure(error: BaseException, repo_id: str, revision: str | None = None) -> str:
+    """A message for a failed push: the Hub's own words (first line) and what to do about them."""
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    detail = (str(error).strip().splitlines() or [""])[0]
+    if status in _PUSH_ADVICE:
+        advice = _PUSH_ADVICE[status].format(
+            namespace=repo_id.split("/")[0] if "/" in repo_id else "your account", repo_id=repo_id,
+            target=f"branch {revision!r} in {repo_id}" if revision else f"repository {repo_id}",
+            branch_hint=" and create the branch first (or drop --revision)" if revision else "")
+    elif {c.__name__ for c in type(error).__mro__} & _NETWORK_ERRORS:
+        advice = "could not reach the Hub: check the network connection (and HF_ENDPOINT, if set), then run again"
+    else:
+        advice = "see the Hub's message; run the command again with -v for details"
+    status_text = f", HTTP {status}" if status else ""
+    return (f"pushing to {repo_id} failed ({type(error).__name__}{status_text}: {detail}). {advice}. "
+            f"The local folder is unchanged.")
+
+
+@contextlib.contextmanager
+def _restored_on_failure(paths: Sequence[Path]) -> Iterator[None]:
+    """Put the files back as they were (or absent) if the block does not finish."""
+    saved = {path: path.read_bytes() if path.is_file() else None for path in paths}
+    try:
+        yield
+    except BaseException:
+        for path, content in saved.items():
+            if content is None:
+                path.unlink(missing_ok=True)
+            elif not path.is_file() or path.read_bytes() != content:
+                atomic_write_bytes(path, content)
+        raise
+
+
+def _card_for_push(folder: Path, repo_id: str, refresh_card: bool, card_kwargs: dict):
+    """(the card, whether it was rendered anew): rendered and written when the folder has none, with refresh_card
+    or with card inputs; else the folder's card, checked offline."""
+    from huggingface_hub import ModelCard
+
+    readme = folder / "README.md"
+    if refresh_card or card_kwargs or not readme.is_file():
+        previous = {}
+        if (folder / CARD_INPUTS_FILE).is_file():
+            previous = json.loads((folder / CARD_INPUTS_FILE).read_text(encoding="utf-8"))
+        return write_model_card(folder, **{**previous, **card_kwargs, "repo_id": repo_id}), True
+    card = ModelCard.load(readme)
+    validate_model_card(card)
+    if REPO_ID_PLACEHOLDER in str(card):
+        logger.warning("README.md shows %r in its code snippets; pass refresh_card=True (--refresh-card) to "
+                       "render it with the repo id", REPO_ID_PLACEHOLDER)
+    return card, False
+
+
 def push_to_hub(
     folder: str | os.PathLike,
     repo_id: str,
@@ -1066,46 +1136,44 @@ def push_to_hub(
     checked offline; before uploading, the Hub validates it (`ModelCard.validate`, skipped with
     validate_online=False). The token comes from `token`, else HF_TOKEN or the stored login; it is never printed.
     `dry_run` does everything except contacting the Hub and returns the files that would be uploaded.
+    A push that fails leaves the folder as it was (a card rendered for it is taken back) and raises `PushError`
+    (Hub and network failures, with what to do) or ValueError (refused before contacting the Hub).
     """
-    from huggingface_hub import HfApi, ModelCard, constants, get_token
+    from huggingface_hub import HfApi, constants, get_token
 
     folder = Path(folder)
     if not re.fullmatch(r"[\w.\-]+/[\w.\-]+|[\w.\-]+", repo_id or ""):
         raise ValueError(f"repo_id {repo_id!r} is not a Hub repository id (namespace/name)")
     check_checkpoint_folder(folder)
-    readme = folder / "README.md"
-    rendered = False
     card_kwargs = {k: v for k, v in card_kwargs.items() if v is not None}
-    if refresh_card or card_kwargs or not readme.is_file():
-        previous = {}
-        if (folder / CARD_INPUTS_FILE).is_file():
-            previous = json.loads((folder / CARD_INPUTS_FILE).read_text(encoding="utf-8"))
-        inputs = {**previous, **card_kwargs, "repo_id": repo_id}
-        card = write_model_card(folder, **inputs)
-        rendered = True
-    else:
-        card = ModelCard.load(readme)
-        validate_model_card(card)
-        if REPO_ID_PLACEHOLDER in str(card):
-            logger.warning("README.md shows %r in its code snippets; pass refresh_card=True (--refresh-card) to "
-                           "render it with the repo id", REPO_ID_PLACEHOLDER)
-    files = _files_to_upload(folder, ignore_patterns)
-    result = PushResult(repo_id=repo_id, folder=str(folder.resolve()), files=files, card_rendered=rendered,
-                        dry_run=dry_run)
-    if dry_run:
-        return result
-    if constants.HF_HUB_OFFLINE:
-        raise ValueError("HF_HUB_OFFLINE is set: pushing needs the network; unset it, or use a dry run")
-    if token is None and get_token() is None:
-        raise ValueError("no Hugging Face token: run `hf auth login` or set the HF_TOKEN environment variable")
-    if validate_online:
-        card.validate()
-    api = HfApi(token=token)
-    repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-    commit = api.upload_folder(
-        repo_id=repo_id, folder_path=str(folder), repo_type="model", revision=revision, create_pr=create_pr,
-        commit_message=commit_message or "Upload ssa-hf checkpoint", ignore_patterns=list(ignore_patterns),
-    )
+    with _restored_on_failure([folder / "README.md", folder / CARD_INPUTS_FILE]):
+        card, rendered = _card_for_push(folder, repo_id, refresh_card, card_kwargs)
+        result = PushResult(repo_id=repo_id, folder=str(folder.resolve()), files=_files_to_upload(folder, ignore_patterns),
+                            card_rendered=rendered, dry_run=dry_run)
+        if dry_run:
+            return result
+        if constants.HF_HUB_OFFLINE:
+            raise ValueError("HF_HUB_OFFLINE is set: pushing needs the network; unset it, or use a dry run")
+        if token is None and get_token() is None:
+            raise ValueError("no Hugging Face token: run `hf auth login` or set the HF_TOKEN environment variable")
+        try:
+            if validate_online:
+                card.validate()
+        except ValueError as error:
+            raise PushError(f"the Hub rejected the model card (README.md): {error}. Fix its metadata (or render it "
+                            f"again with --refresh-card), or skip this check with --no-validate-online. The local "
+                            f"folder is unchanged.") from error
+        except Exception as error:
+            raise PushError(explain_push_failure(error, repo_id, revision)) from error
+        try:
+            api = HfApi(token=token)
+            repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+            commit = api.upload_folder(
+                repo_id=repo_id, folder_path=str(folder), repo_type="model", revision=revision, create_pr=create_pr,
+                commit_message=commit_message or "Upload ssa-hf checkpoint", ignore_patterns=list(ignore_patterns),
+            )
+        except Exception as error:
+            raise PushError(explain_push_failure(error, repo_id, revision)) from error
     result.url = str(repo_url)
     result.commit_url = getattr(commit, "commit_url", None) or (str(commit) if commit is not None else None)
     return result
@@ -1117,6 +1185,7 @@ __all__ = [
     "ConversionResult",
     "DestinationExistsError",
     "EvaluationResult",
+    "PushError",
     "PushResult",
     "atomic_folder",
     "check_checkpoint_folder",

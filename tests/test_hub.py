@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -554,3 +555,52 @@ def test_push_refusals(sources, ssa_checkpoint, hub_recorder, monkeypatch):
     with pytest.raises(ValueError, match="lacks scoring.py"):
         push_to_hub(ssa_checkpoint, "someone/x", dry_run=True)
     assert hub_recorder == []
+
+
+class _HubHTTPError(Exception):
+    def __init__(self, status: int, text: str):
+        super().__init__(text)
+        self.response = type("Response", (), {"status_code": status})()
+
+
+class ConnectError(Exception):  # named as httpx's
+    pass
+
+
+@pytest.mark.parametrize(
+    "failure, expected",
+    [
+        (_HubHTTPError(403, f"403 Forbidden: you cannot write to someone (token {SECRET})"),
+         r"HTTP 403: 403 Forbidden.*\*\*\*.*write access to someone"),
+        (_HubHTTPError(401, "401 Unauthorized"), r"HTTP 401.*hf auth login"),
+        (ConnectError("[Errno -3] Temporary failure in name resolution"), "could not reach the Hub"),
+        ("card", r"rejected the model card.*--no-validate-online"),
+    ],
+)
+def test_a_failed_push_says_what_to_do_and_changes_nothing(ssa_checkpoint, hub_recorder, monkeypatch, capfd,
+                                                           failure, expected):
+    """--refresh-card renders README.md anew, but a push that fails puts the folder back as it was."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.repocard import RepoCard
+
+    def fail(*args, **kwargs):
+        raise ValueError("metadata: 'license' is not valid") if failure == "card" else failure
+
+    monkeypatch.setattr(*((RepoCard, "validate", fail) if failure == "card" else (HfApi, "upload_folder", fail)))
+    before = {name: (ssa_checkpoint / name).read_bytes() for name in ("README.md", "ssa_hf_card.json")}
+    rc = cli(["push", str(ssa_checkpoint), "someone/tiny-ssa", "--refresh-card", "--license", "mit"])
+    err = capfd.readouterr().err
+    assert rc == 1 and SECRET not in err
+    assert re.search(expected, err) and "The local folder is unchanged" in err, err
+    assert {name: (ssa_checkpoint / name).read_bytes() for name in before} == before
+
+
+def test_a_push_refused_before_the_hub_changes_nothing(ssa_checkpoint, hub_recorder, monkeypatch, capfd):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
+    monkeypatch.delenv("HF_TOKEN")
+    readme = (ssa_checkpoint / "README.md").read_bytes()
+    assert cli(["push", str(ssa_checkpoint), "someone/tiny-ssa", "--refresh-card"]) == 2
+    assert "no Hugging Face token" in capfd.readouterr().err
+    assert (ssa_checkpoint / "README.md").read_bytes() == readme and hub_recorder == []

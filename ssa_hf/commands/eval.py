@@ -51,7 +51,13 @@ def run(args) -> int:
     config = load_config(EvalConfig, args.config, **overrides)
     config.output_dir = config.output_dir or "outputs/eval"
     names = [n for n in args.names.split(",")] if args.names else None
-    results = run_eval_models(config, list(args.models), names)
+    from ..cli import summarised_warnings
+
+    # lm-eval warns once per document whose context it cuts to fit the model; one line with the count says as much
+    with summarised_warnings("lm_eval.models.huggingface", ("Truncating", "Left truncation applied"),
+                             "lm-eval cut the context of %d requests from the left to fit the model's maximum "
+                             "length: those documents were scored on the end of their context only"):
+        results = run_eval_models(config, list(args.models), names)
     from ..evaluation.report import lm_eval_markdown
 
     print(lm_eval_markdown([r.to_dict() for r in results]))

@@ -8,14 +8,12 @@ def _list(kind):
 
 
 def run(args) -> int:
-    import logging
-
-    logging.getLogger("accelerate").setLevel(logging.WARNING)  # one INFO line per checkpoint file otherwise
+    from ..cli import show_progress
     from ..icl.pipeline import run_icl
     from ..icl.cli_options import config_from_args
 
     config = config_from_args(args)
-    results = run_icl(config, args.output_dir, progress=not args.no_progress)
+    results = run_icl(config, args.output_dir, progress=show_progress(args))
     print(f"wrote {results.files['results']}, {results.files['report']} and {len(results.files.get('plots', []))} plots "
           f"in {results.seconds / 60:.1f} min")
     failed = results.failed_runs()
@@ -47,6 +45,6 @@ def register(subparsers) -> None:
     p.add_argument("--device", choices=["auto", "cpu", "cuda"])
     p.add_argument("--threads", type=int, help="torch CPU threads per run")
     p.add_argument("--workers", type=int, help="runs trained in parallel processes (CPU)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (they show on a terminal only)")
     p.add_argument("--strict", action="store_true", help="exit 1 when a run fails the in-distribution check")
     p.set_defaults(func=run)

@@ -2,6 +2,7 @@
 
 
 def run(args) -> int:
+    from ..cli import show_progress
     from ..train.perplexity import evaluate_perplexity, perplexity_table
 
     results = evaluate_perplexity(
@@ -20,6 +21,7 @@ def run(args) -> int:
         dtype=args.dtype,
         output_dir=args.output_dir,
         trust_remote_code=args.trust_remote_code,
+        progress=show_progress(args),
     )
     print(perplexity_table(results))
     if args.output_dir:
@@ -45,7 +47,9 @@ def register(subparsers) -> None:
     parser.add_argument("--text-field", default="text", help="field holding the text (default: text)")
     parser.add_argument("--max-documents", type=int, help="read at most this many documents per corpus")
     parser.add_argument("--windows", type=int, default=1000, help="number of random windows (default 1000)")
-    parser.add_argument("--window-length", type=int, default=1024, help="tokens per window (default 1024)")
+    parser.add_argument("--window-length", type=int,
+                        help="tokens per window (default: the length the model was trained on, i.e. its training "
+                             "run's block size, else max_position_embeddings; longer windows get a warning)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the window positions (default 0)")
     parser.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default 8)")
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda if available)")
@@ -53,4 +57,5 @@ def register(subparsers) -> None:
     parser.add_argument("--output-dir", help="write perplexity.json and perplexity.md here")
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="allow the model folder's own Python code (not needed for ssa-hf checkpoints)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars (they show on a terminal only)")
     parser.set_defaults(func=run)

@@ -1,10 +1,35 @@
 """`ssa-hf pretrain`: the pretraining run of scripts/pretrain.py (a config file plus --KEY VALUE overrides)."""
 
+DESCRIPTION = (
+    "Pretrain a causal or masked LM. Any config key is an option: --max_steps 100, "
+    "--data.block_size 256, --model.attention_scoring softmax, --model.overrides num_hidden_layers=4. "
+    "For several processes use `accelerate launch scripts/pretrain.py` (see docs/pretraining.md)."
+)
+
+
+def full_parser():
+    """The parser with one option per config key (built when the command runs: the config classes import torch)."""
+    from ..cli import SuggestingParser
+    from ..train.config import add_pretrain_arguments
+
+    parser = SuggestingParser(prog="ssa-hf pretrain", description=DESCRIPTION)
+    add_pretrain_arguments(parser)
+    return parser
+
+
+def is_main_process() -> bool:
+    """False in the other processes of a distributed run (accelerate launch, torchrun)."""
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
+
 
 def run(args) -> int:
     from ..train import config_from_args, pretrain
 
-    result = pretrain(config_from_args(args))
+    result = pretrain(config_from_args(full_parser().parse_args(args.extra_args)))
+    if not is_main_process():
+        return 0  # the main process prints the summary, once
     metrics = result.metrics
     print(
         f"steps {result.steps}; train loss {metrics.get('final_train_loss')}; validation perplexity "
@@ -15,14 +40,9 @@ def run(args) -> int:
 
 
 def register(subparsers) -> None:
-    from ..train.config import add_pretrain_arguments
-
+    # the options (and --help) are those of full_parser(), parsed when the command runs
     parser = subparsers.add_parser(
-        "pretrain",
-        help="pretrain a causal or masked LM (also: accelerate launch scripts/pretrain.py)",
-        description="Pretrain a causal or masked LM. Any config key is an option: --max_steps 100, "
-        "--data.block_size 256, --model.attention_scoring softmax, --model.overrides num_hidden_layers=4. "
-        "For several processes use `accelerate launch scripts/pretrain.py` (see docs/pretraining.md).",
+        "pretrain", help="pretrain a causal or masked LM (also: accelerate launch scripts/pretrain.py)",
+        description=DESCRIPTION, add_help=False,
     )
-    add_pretrain_arguments(parser)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, extra_args=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 def run(args) -> int:
+    from ..cli import show_progress
     from ..evaluation._config import load_config
     from ..evaluation.zorro import ProbeConfig, run_probe
 
@@ -28,7 +29,7 @@ def run(args) -> int:
     )
     config = load_config(ProbeConfig, args.config, **overrides)
     config.output_dir = config.output_dir or "outputs/probe"
-    results = run_probe(config, progress=not args.no_progress)
+    results = run_probe(config, progress=show_progress(args))
     from ..evaluation.report import zorro_markdown
 
     print(zorro_markdown([results.to_dict()]))
@@ -58,7 +59,7 @@ def register(subparsers) -> None:
     parser.add_argument("--trust-remote-code", action="store_true", help="allow a checkpoint's own modeling code")
     parser.add_argument("--name", help="display name (default: the folder name)")
     parser.add_argument("--save-scores", action="store_true", help="also write every pair's scores (probe_scores.json)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars (they show on a terminal only)")
     parser.add_argument("--config", help="YAML file of ProbeConfig fields (command-line options win)")
     parser.add_argument("--output-dir", help="(default outputs/probe) folder for probe.json, probe.md, probe.png")
     parser.set_defaults(func=run)

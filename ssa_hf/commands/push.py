@@ -22,7 +22,7 @@ def _redact(text: str, secrets: list[str]) -> str:
 
 
 def run(args) -> int:
-    from ..hub import push_to_hub
+    from ..hub import PushError, push_to_hub
 
     card_kwargs = {k: v for k, v in {
         "training": args.training, "evaluation": args.evaluation, "base_preset": args.base_preset,
@@ -36,8 +36,11 @@ def run(args) -> int:
         )
     except (ValueError, FileNotFoundError, FileExistsError):
         raise  # ssa-hf's own messages, printed by the CLI
-    except Exception as error:  # network and Hub errors: never let a token reach the terminal
-        print(f"ssa-hf push: {type(error).__name__}: {_redact(str(error), _secrets(args))}", file=sys.stderr)
+    except PushError as error:  # the Hub's or the network's refusal, with what to do; never with the token
+        print(f"ssa-hf push: error: {_redact(str(error), _secrets(args))}", file=sys.stderr)
+        return 1
+    except Exception as error:  # anything else: never let a token reach the terminal either
+        print(f"ssa-hf push: error: {type(error).__name__}: {_redact(str(error), _secrets(args))}", file=sys.stderr)
         return 1
     if result.card_rendered:
         print(f"rendered the model card: {result.folder}/README.md")

@@ -66,7 +66,10 @@ def train_bpe_tokenizer(
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     if add_prefix_space is None:
         add_prefix_space = task == "masked"
-    specials = ["<s>", "<pad>", "</s>", "<unk>"] + ([MASK_TOKEN] if task == "masked" else [])
+    specials = [AddedToken(token, normalized=False, special=True) for token in SPECIAL_TOKENS.values()]
+    if task == "masked":
+        # lstrip: the mask takes the space before it, as RoBERTa's, so "the dog <mask>" has no stray " " token
+        specials.append(AddedToken(MASK_TOKEN, lstrip=True, rstrip=False, normalized=False, special=True))
     backend = Tokenizer(models.BPE(unk_token=None))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
     backend.decoder = decoders.ByteLevel()
@@ -88,7 +91,7 @@ def train_bpe_tokenizer(
     backend.train_from_iterator(counted(), trainer=trainer)
     if count == 0:
         raise ValueError("cannot train a tokenizer on an empty corpus (no documents)")
-    ids = {token: backend.token_to_id(token) for token in specials}
+    ids = {token.content: backend.token_to_id(token.content) for token in specials}
     if task == "masked":
         backend.post_processor = processors.TemplateProcessing(
             single="<s> $A </s>",
@@ -97,9 +100,7 @@ def train_bpe_tokenizer(
         )
     else:
         backend.post_processor = processors.ByteLevel(trim_offsets=False)
-    kwargs = dict(SPECIAL_TOKENS)
-    if task == "masked":
-        kwargs["mask_token"] = AddedToken(MASK_TOKEN, lstrip=True, rstrip=False, normalized=False, special=True)
+    kwargs = dict(SPECIAL_TOKENS, **({"mask_token": MASK_TOKEN} if task == "masked" else {}))
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, model_max_length=model_max_length or int(1e30), **kwargs)
     return tokenizer
 

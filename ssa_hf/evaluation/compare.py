@@ -273,6 +273,7 @@ def run_compare(config: CompareConfig) -> CompareResults:
         perplexity_figure,
         perplexity_table,
         zorro_figure,
+        zorro_pair_differences,
         zorro_table,
     )
 
@@ -311,9 +312,9 @@ def run_compare(config: CompareConfig) -> CompareResults:
             "",
             f"Zorro version(s): {', '.join(versions)}" + ("  (differ between models)" if len(versions) > 1 else ""),
             "",
-            zorro_table(runs),
-            "",
         ]
+        pair_warning = zorro_pair_differences(runs)
+        lines += ([pair_warning, ""] if pair_warning else []) + [zorro_table(runs), ""]
         figures["compare_zorro.png"] = zorro_figure(runs)
     if figures:
         lines += ["## Figures", ""] + [f"![{name}]({name})" for name in figures]

@@ -6,6 +6,9 @@ Every function takes plain result dicts (the JSON the pipelines write), so repor
 from __future__ import annotations
 
 import math
+import re
+import textwrap
+from pathlib import Path
 from typing import Any
 
 from ..reporting import markdown_table, pyplot
@@ -225,6 +228,23 @@ def zorro_table(runs: list[dict[str, Any]]) -> str:
     return markdown_table(headers, rows)
 
 
+def zorro_pair_differences(runs: list[dict[str, Any]]) -> str | None:
+    """A warning when the runs scored different numbers of pairs in a paradigm (accuracies on different item
+    sets, e.g. one run with --limit), naming each run's counts; None when they agree."""
+    counts = {run["name"]: run["settings"].get("pairs_per_paradigm", {}) for run in runs}
+    paradigms = sorted({p for per_run in counts.values() for p in per_run})
+    differing = [p for p in paradigms if len({per_run.get(p) for per_run in counts.values()}) > 1]
+    if not differing:
+        return None
+    shown = "; ".join(
+        f"{p}: " + ", ".join(f"{name} {'-' if per_run.get(p) is None else per_run[p]}" for name, per_run in counts.items())
+        for p in differing[:5]
+    )
+    more = f" and {len(differing) - 5} more" if len(differing) > 5 else ""
+    return (f"**Not comparable as they stand:** the models were scored on different numbers of pairs in "
+            f"{len(differing)} paradigm(s) ({shown}{more}). Run the probes again with the same --limit.")
+
+
 def zorro_markdown(runs: list[dict[str, Any]]) -> str:
     first = runs[0]
     settings = first["settings"]
@@ -286,6 +306,15 @@ def perplexity_table(runs: list[dict[str, Any]]) -> str:
     return markdown_table(["evaluation set", *[run["name"] for run in runs]], rows)
 
 
+_PATH = re.compile(r"(?<![^\s(\[])(?:~|\.{1,2})?/[^\s()\[\]]*")  # a path that starts a word
+
+
+def short_label(label: str, width: int = 22) -> str:
+    """A plot label: every file path shortened to its last part (the table keeps the full text), wrapped."""
+    text = _PATH.sub(lambda m: Path(m.group(0).rstrip("/")).name or m.group(0), label)
+    return "\n".join(textwrap.wrap(text, width, break_long_words=True)) or label
+
+
 def perplexity_figure(runs: list[dict[str, Any]]):
     plt = pyplot()
     labels = []
@@ -298,7 +327,7 @@ def perplexity_figure(runs: list[dict[str, Any]]):
     for i, run in enumerate(runs):
         values = [_num(run["perplexity"].get(label)) or float("nan") for label in labels]
         ax.bar([x - 0.4 + width * (i + 0.5) for x in range(len(labels))], values, width, color=f"C{i}", label=run["name"])
-    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    ax.set_xticks(range(len(labels)), [short_label(label) for label in labels], fontsize=8)
     ax.set_ylabel("perplexity (lower is better)")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)

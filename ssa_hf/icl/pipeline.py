@@ -2,7 +2,9 @@
 aggregate across seeds, write results.json, report.md and the plots.
 
 Each run lives in `OUTPUT/runs/<task>-<scoring>-seed<k>/` with its checkpoint and `result.json`; a second call on
-the same folder resumes unfinished training and reuses finished runs whose configuration has not changed.
+the same folder resumes unfinished training (also to more steps) and reuses finished runs whose configuration has
+not changed. A run folder that cannot serve the new configuration (other settings, or more steps trained than
+asked for) stops the call before anything is trained, with a message that says how to reuse it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from .config import EvalConfig, ICLConfig
 from .evaluate import baselines_for, evaluate_task, in_distribution_check, model_predictor, probe
 from .stats import mean_ci
 from .tasks import is_quantifier
-from .train import RunSpec, resolve_device, train_run
+from .train import RunSpec, find_checkpoint, resolve_device, resume_problem, train_run
 
 logger = logging.getLogger("ssa_hf.icl")
 
@@ -123,8 +125,34 @@ def _log_result(result: dict) -> None:
                 "n/a" if train["final_loss"] is None else f"{train['final_loss']:.4f}", verdict, reused)
 
 
+def _steps_in_result(run_dir: Path) -> int | None:
+    """Steps of a finished run from its result.json (checkpoints of older versions do not record them)."""
+    try:
+        return int(json.loads((run_dir / RESULT).read_text())["train"]["steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def check_existing_runs(config: ICLConfig, runs_dir: Path) -> None:
+    """Refuse, before anything is trained, run folders that `config` can neither resume nor reuse."""
+    problems = []
+    for spec in run_specs(config):
+        checkpoint = find_checkpoint(runs_dir / spec.name)
+        if checkpoint is not None:
+            problem = resume_problem(checkpoint, spec) or resume_problem(
+                checkpoint, spec, _steps_in_result(runs_dir / spec.name))
+            if problem:
+                problems.append(f"  {spec.name}: {problem}")
+    if problems:
+        raise ValueError(
+            f"{runs_dir} holds runs trained with other settings:\n" + "\n".join(problems)
+            + "\nReuse them with those settings, or train anew into another --output-dir (or delete those folders)."
+        )
+
+
 def _run_all(config: ICLConfig, out: OutputDir, progress: bool) -> list[dict]:
     specs = run_specs(config)
+    check_existing_runs(config, out.path / "runs")
     args = [
         (spec, config.eval, config.eval_length, str(out.path / "runs" / spec.name), config.device, config.threads)
         for spec in specs

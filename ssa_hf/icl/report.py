@@ -272,7 +272,7 @@ def _position_plot(results, task, plt):
         panels.append(("standard", len(sigmas) - 1))
     if "balanced" in sweep:
         panels.append(("balanced", 0))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False, layout="constrained")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, (test_set, i) in zip(axes[0], panels):
         for k, s in enumerate(scorings):
@@ -280,8 +280,8 @@ def _position_plot(results, task, plt):
             _band(ax, list(range(1, len(cis) + 1)), cis, s, colors[k % len(colors)])
         base = baselines["majority"]["sigma_sweep"][test_set]["per_position"][i]
         ax.plot(range(1, len(base) + 1), [c["mean"] for c in base], "k--", lw=1, label="majority baseline")
-        ax.set_xlabel("position")
-        ax.set_ylabel("error")
+        ax.set_xlabel("position (i-th prediction in the prompt)")
+        ax.set_ylabel("individual error at the position\n(share of prompts wrong)")
         ax.set_title(f"{task}: {test_set} set, sigma {sigmas[i]:g}", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -305,12 +305,15 @@ def _probe_plot(results, task, plt):
             ax = axes[row][layer]
             heads = p["attention"][layer]
             mean = [[sum(h[q][k] for h in heads) / len(heads) for k in range(len(heads[0][q]))] for q in range(len(heads[0]))]
-            ax.imshow(mean, vmin=0, vmax=1, cmap="viridis")
+            image = ax.imshow(mean, vmin=0, vmax=1, cmap="viridis")
             ticks = range(len(p["tokens"]))
             ax.set_xticks(ticks, p["tokens"], rotation=90, fontsize=6)
             ax.set_yticks(ticks, p["tokens"], fontsize=6)
+            ax.set_xlabel("key (attended to)", fontsize=7)
+            ax.set_ylabel("query", fontsize=7)
             verdict = "".join("+" if c else "x" for c in p["correct"])
             ax.set_title(f"{name} seed {runs[name]['seed']}, layer {layer}\ncorrect by position: {verdict}", fontsize=8)
+    fig.colorbar(image, ax=axes.ravel().tolist(), label="attention weight (mean over heads)", shrink=0.6)
     fig.suptitle(f"{task}: attention (mean over heads) on the probe [1, -1, -2, 1000]", fontsize=9)
     return fig
 

@@ -40,6 +40,7 @@ CHECKPOINT = "checkpoint"
 _OLD = ".checkpoint.old"
 _SPEC = "run_spec.json"
 _TRAINING = "training_state"  # training_state_rank0.json: step, prompt generator, loss history
+_TRAINED_STEPS = "trained_steps"
 # fields that may change between a stop and a resume without invalidating the checkpoint
 _RESUMABLE_CHANGES = {"steps", "checkpoint_every", "log_every"}
 
@@ -149,26 +150,35 @@ def save_checkpoint(accelerator, run_dir: Path, spec: RunSpec, model, optimizer,
                              "no checkpoint written (lower train.lr)")
     with atomic_folder(run_dir / CHECKPOINT, overwrite=True) as tmp:
         write_state(tmp, snapshot)
-        atomic_write_json(tmp / _SPEC, spec.to_dict())
+        atomic_write_json(tmp / _SPEC, {**spec.to_dict(), _TRAINED_STEPS: state.step})
         write_manifest(tmp, step=state.step)
     return run_dir / CHECKPOINT
 
 
-def _check_resumable(checkpoint: Path, spec: RunSpec) -> None:
+def resume_problem(checkpoint: Path, spec: RunSpec, steps_done: int | None = None) -> str | None:
+    """Why `spec` cannot resume or reuse `checkpoint` (None when it can): another run, other settings, or more
+    steps trained than `spec` asks for (its results would be reported as those of a shorter run)."""
     saved = json.loads((checkpoint / _SPEC).read_text())
     current = json.loads(json.dumps(spec.to_dict()))  # same types as the saved JSON
     for key in ("task", "scoring", "seed", "model"):
         if saved.get(key) != current[key]:
-            raise ValueError(
-                f"{checkpoint} belongs to a different run ({key}: {saved.get(key)!r} vs {current[key]!r}); "
-                f"use another output folder or delete it"
-            )
+            return f"it belongs to a different run ({key}: {saved.get(key)!r}, now {current[key]!r})"
     for key, value in current["train"].items():
         if key not in _RESUMABLE_CHANGES and saved["train"].get(key) != value:
-            raise ValueError(
-                f"{checkpoint} was trained with train.{key}={saved['train'].get(key)!r}, now {value!r}; "
-                f"use another output folder or delete it"
-            )
+            return (f"it was trained with train.{key}={saved['train'].get(key)!r}, now {value!r}; to reuse it, "
+                    f"ask for train.{key}={saved['train'].get(key)!r}")
+    steps_done = saved.get(_TRAINED_STEPS) if steps_done is None else steps_done
+    if steps_done is not None and steps_done > spec.train.steps:
+        return (f"it has trained {steps_done} steps, more than train.steps={spec.train.steps}; to reuse it, ask for "
+                f"train.steps={steps_done} (ssa-hf icl --steps {steps_done})")
+    return None
+
+
+def _check_resumable(checkpoint: Path, spec: RunSpec, steps_done: int | None = None) -> None:
+    problem = resume_problem(checkpoint, spec, steps_done)
+    if problem is not None:
+        raise ValueError(f"cannot resume {checkpoint}: {problem}; to train anew, use another output folder or "
+                         f"delete {checkpoint.parent}")
 
 
 def build_model(spec: RunSpec, attn_implementation: str = "ssa_auto") -> ICLModel:
@@ -221,6 +231,7 @@ def _train_locked(spec: RunSpec, run_dir: Path, device: str, progress: bool, sto
         _check_resumable(checkpoint, spec)
         load_state(checkpoint, accelerator, model, optimizer, scheduler)
         state.load_state_dict(read_process_json(checkpoint, _TRAINING, 0))
+        _check_resumable(checkpoint, spec, steps_done=state.step)  # for checkpoints without trained_steps
         resumed_from = state.step
         logger.info("%s: resuming from step %d (%s)", spec.name, state.step, checkpoint)
 

@@ -6,10 +6,12 @@ stream's layout); `windows` start positions are drawn uniformly (with replacemen
 window of `window_length` tokens is scored on its `window_length - 1` next-token predictions, and the perplexity
 is exp of the mean negative log-likelihood over all scored tokens. The result records the number of windows, the
 distinct windows, the tokens scored and the size of the corpus, so figures can be compared on equal terms.
+The window length defaults to the length the model was trained on; longer windows get a warning.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,6 +23,8 @@ import torch.nn.functional as F
 
 from ..data.sources import TextSource, iter_texts
 from ..reporting import OutputDir, markdown_table
+
+logger = logging.getLogger("ssa_hf.perplexity")
 
 
 @dataclass
@@ -47,18 +51,28 @@ class PerplexityResult:
 TABLE_HEADERS = ["data", "windows", "window length", "tokens scored", "corpus tokens", "mean NLL", "perplexity"]
 
 
-def corpus_token_stream(tokenizer, texts, max_tokens: int | None = None) -> tuple[np.ndarray, int]:
+def progress_bar(progress: bool | None, **kwargs):
+    """A tqdm bar; `progress=None` shows it only on a terminal (no carriage-return updates in log files)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(disable=None if progress is None else not progress, dynamic_ncols=True, mininterval=1.0, **kwargs)
+
+
+def corpus_token_stream(tokenizer, texts, max_tokens: int | None = None,
+                        progress: bool | None = False) -> tuple[np.ndarray, int]:
     """(token ids of the documents joined with eos after each, number of documents)."""
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError("the tokenizer has no eos token to separate documents")
     pieces, total, documents, batch = [], 0, 0, []
+    bar = progress_bar(progress, desc="tokenising", unit=" docs", leave=False)
 
     def flush():
         nonlocal total
         for ids in tokenizer(batch, add_special_tokens=False, verbose=False)["input_ids"]:
             pieces.append(np.asarray(ids + [eos], dtype=np.int64))
             total += len(ids) + 1
+        bar.update(len(batch))
         batch.clear()
 
     for text in texts:
@@ -70,6 +84,7 @@ def corpus_token_stream(tokenizer, texts, max_tokens: int | None = None) -> tupl
                 break
     if batch:
         flush()
+    bar.close()
     stream = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
     return (stream[:max_tokens] if max_tokens is not None else stream), documents
 
@@ -89,12 +104,14 @@ def sample_windows(length: int, windows: int, window_length: int, seed: int) -> 
 
 @torch.no_grad()
 def window_perplexity(
-    model, stream: np.ndarray, starts: np.ndarray, window_length: int, batch_size: int = 8
+    model, stream: np.ndarray, starts: np.ndarray, window_length: int, batch_size: int = 8,
+    progress: bool | None = False, description: str = "windows",
 ) -> tuple[float, int]:
     """(mean NLL, tokens scored) of the windows starting at `starts`."""
     device = next(model.parameters()).device
     total_nll, total_tokens = 0.0, 0
     model.eval()
+    bar = progress_bar(progress, total=len(starts), desc=description, unit=" windows")
     for first in range(0, len(starts), batch_size):
         chunk = starts[first : first + batch_size]
         inputs = torch.from_numpy(np.stack([stream[s : s + window_length] for s in chunk])).to(device)
@@ -104,6 +121,8 @@ def window_perplexity(
         )
         total_nll += float(nll)
         total_tokens += inputs[:, 1:].numel()
+        bar.update(len(chunk))
+    bar.close()
     return total_nll / total_tokens, total_tokens
 
 
@@ -127,6 +146,32 @@ def heldout_source(model_dir: str | Path):
     return (record["text"] for record in validation), description
 
 
+def trained_length(model_path: str | Path, config) -> tuple[int | None, str]:
+    """(the sequence length the model was trained on, where that figure comes from): the block size its
+    `ssa-hf pretrain` run recorded in training_config.yaml, else the config's max_position_embeddings."""
+    config_file = Path(model_path) / "training_config.yaml"
+    if config_file.is_file():
+        from .config import load_config
+
+        return int(load_config(config_file).data.block_size), f"the block size of its training run ({config_file})"
+    positions = getattr(config, "max_position_embeddings", None)
+    return (int(positions), "max_position_embeddings in its config") if positions else (None, "")
+
+
+def resolve_window_length(window_length: int | None, model_path, config) -> int:
+    """`window_length`, or by default the model's trained length; a longer window gets a warning."""
+    length, origin = trained_length(model_path, config)
+    if window_length is None:
+        if length is None:
+            raise ValueError(f"cannot tell the length {model_path} was trained on; give window_length (--window-length)")
+        logger.info("windows of %d tokens: %s", length, origin)
+        return length
+    if length is not None and window_length > length:
+        logger.warning("windows of %d tokens are longer than the %d the model was trained on (%s): the perplexity "
+                       "then measures length extrapolation too", window_length, length, origin)
+    return window_length
+
+
 def evaluate_perplexity(
     model_path: str,
     data: str | list[str] | None = None,
@@ -137,19 +182,23 @@ def evaluate_perplexity(
     text_field: str = "text",
     max_documents: int | None = None,
     windows: int = 1000,
-    window_length: int = 1024,
+    window_length: int | None = None,
     seed: int = 0,
     batch_size: int = 8,
     device: str | None = None,
     dtype: str = "float32",
     output_dir: str | None = None,
     trust_remote_code: bool = False,
+    progress: bool | None = None,
 ) -> list[PerplexityResult]:
     """Perplexity of the causal LM at `model_path` on random windows of each corpus in `data` (Hub data set names
     or local files; `name`/`split`/`text_field` apply to Hub names) and, with `heldout=True`, of the held-out
     documents of the run that trained it (in-distribution). Writes perplexity.json/.md into `output_dir`. The model
     folder's own Python code (config.json auto_map) runs only with `trust_remote_code=True`; ssa-hf checkpoints
-    load with the installed classes without it."""
+    load with the installed classes without it.
+
+    `window_length=None` takes the length the model was trained on (`trained_length`); `progress=None` shows
+    progress bars on a terminal only."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     import ssa_hf  # noqa: F401  (registers the model classes)
@@ -169,6 +218,7 @@ def evaluate_perplexity(
             f"{model_path} is a {architectures[0]}: window perplexity needs a causal LM. A masked LM's validation "
             "loss and perplexity (on masked tokens) are in the metrics.json of its training run"
         )
+    window_length = resolve_window_length(window_length, model_path, config)
     sources = []
     if heldout:
         texts, description = heldout_source(model_path)
@@ -186,12 +236,13 @@ def evaluate_perplexity(
     model = model.to(device)
     results = []
     for texts, description in sources:
-        stream, documents = corpus_token_stream(tokenizer, texts)
+        stream, documents = corpus_token_stream(tokenizer, texts, progress=progress)
         try:
             starts = sample_windows(len(stream), windows, window_length, seed)
         except ValueError as error:
             raise ValueError(f"{description}: {error}") from None
-        mean_nll, scored = window_perplexity(model, stream, starts, window_length, batch_size)
+        mean_nll, scored = window_perplexity(model, stream, starts, window_length, batch_size, progress,
+                                            description[:48])
         results.append(PerplexityResult(
             model=str(model_path), data=description, windows=int(len(starts)),
             distinct_windows=int(len(set(starts.tolist()))), window_length=window_length, tokens_scored=scored,

@@ -37,9 +37,19 @@ def test_masked_inputs_are_wrapped_and_causal_inputs_are_not(masked_tokenizer, c
     # a leading space on the first word for masked LMs: "cat" alone and " cat" inside a sentence agree
     assert masked_tokenizer("cat", add_special_tokens=False)["input_ids"] == masked_tokenizer(
         "the cat", add_special_tokens=False)["input_ids"][1:]
-    # the mask token swallows the space before it, as RoBERTa's
-    masked = masked_tokenizer("the <mask> sees the ball .", add_special_tokens=False)["input_ids"]
-    assert masked.count(4) == 1 and len(masked) == len(masked_tokenizer("the cat sees the ball .", add_special_tokens=False)["input_ids"])
+
+
+@pytest.mark.parametrize("text", ["the dog <mask>", "the <mask> sees the ball .", "<mask> dog", "the dog <mask> ."])
+def test_the_mask_token_takes_the_space_before_it(tmp_path, masked_tokenizer, text):
+    """As RoBERTa's (lstrip): "the dog <mask>" is the tokens of "the dog" then <mask>, no stray space token."""
+    def tokens(tokenizer, piece):
+        return tokenizer(piece, add_special_tokens=False)["input_ids"] if piece.strip() else []
+
+    before, after = text.split("<mask>")
+    expected = tokens(masked_tokenizer, before.rstrip()) + [4] + tokens(masked_tokenizer, after)
+    masked_tokenizer.save_pretrained(tmp_path)
+    for tokenizer in (masked_tokenizer, AutoTokenizer.from_pretrained(tmp_path)):
+        assert tokenizer(text, add_special_tokens=False)["input_ids"] == expected
 
 
 def test_saved_tokenizer_loads_with_autotokenizer(tmp_path, masked_tokenizer):
@@ -66,3 +76,38 @@ def test_training_errors():
         train_bpe_tokenizer(CORPUS, "seq2seq")
     with pytest.raises(ValueError, match="vocab_size"):
         TokenizerConfig(vocab_size=100).validate()
+
+
+def test_trained_tokenizer_loads_without_custom_code_or_a_prompt(tmp_path, masked_tokenizer):
+    """A checkpoint folder holds remote code for the model; its tokenizer must load with transformers' own classes,
+    and AutoTokenizer (which reads config.json) must not stop on the trust_remote_code prompt once ssa_hf is
+    imported. Run in fresh processes with no terminal (the prompt would print, then fail or wait 15 s)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from ssa_hf.hub import save_checkpoint_folder
+    from tests.models.tiny import build
+
+    from ..conftest import REPO
+
+    model_dir = save_checkpoint_folder(build("bert"), tmp_path / "model", masked_tokenizer, card=False)
+    masked_tokenizer.save_pretrained(tmp_path / "tokenizer")
+    for folder in (model_dir, tmp_path / "tokenizer"):
+        saved = json.loads((folder / "tokenizer_config.json").read_text())
+        assert "auto_map" not in saved and saved["tokenizer_class"] in ("TokenizersBackend", "PreTrainedTokenizerFast")
+    expected = masked_tokenizer("the dog <mask>")["input_ids"]
+    script = (  # without ssa_hf: the stock class on the model folder, AutoTokenizer on the tokenizer folder;
+        # then AutoTokenizer on the model folder once ssa_hf is imported
+        "from transformers import AutoTokenizer, PreTrainedTokenizerFast\n"
+        f"print(PreTrainedTokenizerFast.from_pretrained({str(model_dir)!r})('the dog <mask>')['input_ids'])\n"
+        f"print(AutoTokenizer.from_pretrained({str(tmp_path / 'tokenizer')!r})('the dog <mask>')['input_ids'])\n"
+        "import ssa_hf\n"
+        f"print(AutoTokenizer.from_pretrained({str(model_dir)!r})('the dog <mask>')['input_ids'])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)), stdin=subprocess.DEVNULL, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "custom code" not in result.stdout + result.stderr
+    assert result.stdout.strip().splitlines() == [str(expected)] * 3

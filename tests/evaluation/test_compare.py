@@ -100,3 +100,27 @@ def test_command_line_errors_name_what_to_fix(argv, message, ssa_causal_dir, dat
     argv = [a.format(model=ssa_causal_dir, data=data_dir, tmp=tmp_path) for a in argv]
     assert main([*argv, "--output-dir", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_compare_flags_zorro_results_on_different_numbers_of_pairs(outputs, tmp_path):
+    probe = json.loads((outputs / "probe-tiny-softmax" / "probe.json").read_text())
+    assert main(["compare", str(outputs / "probe-tiny-ssa"), str(outputs / "probe-tiny-softmax"),
+                 "--output-dir", str(tmp_path / "same")]) == 0
+    assert "Not comparable" not in (tmp_path / "same" / "compare.md").read_text()
+    paradigm = sorted(probe["settings"]["pairs_per_paradigm"])[0]
+    probe["settings"]["pairs_per_paradigm"][paradigm] = 7
+    (tmp_path / "limited").mkdir()
+    (tmp_path / "limited" / "probe.json").write_text(json.dumps(probe))
+    assert main(["compare", str(outputs / "probe-tiny-ssa"), str(tmp_path / "limited"),
+                 "--output-dir", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "compare.md").read_text()
+    assert "**Not comparable as they stand:**" in text and f"{paradigm}: tiny-ssa " in text and "limited 7" not in text
+    assert f"{probe['name']} 7" in text and "same --limit" in text
+
+
+def test_plot_labels_drop_folders():
+    from ssa_hf.evaluation.report import short_label
+
+    assert short_label("held-out documents of /data/aochildes/train.jsonl (1000)") == "held-out documents of\ntrain.jsonl (1000)"
+    assert short_label("/work/shared/data/wikitext/wiki.test.raw") == "wiki.test.raw"
+    assert short_label("results/wiki") == "results/wiki"  # not a path: a label made of keys, or a Hub name

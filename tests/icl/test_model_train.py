@@ -112,6 +112,18 @@ def test_resume_refuses_a_different_run(tmp_path):
         train_run(tiny_spec("softmax", steps=1), tmp_path / "r", device="cpu", progress=False)
 
 
+def test_resume_refuses_a_checkpoint_with_more_steps_than_asked(tmp_path):
+    train_run(tiny_spec(steps=2), tmp_path / "r", device="cpu", progress=False)
+    spec_file = tmp_path / "r" / CHECKPOINT / "run_spec.json"
+    assert json.loads(spec_file.read_text())["trained_steps"] == 2
+    with pytest.raises(ValueError, match="trained 2 steps, more than train.steps=1"):
+        train_run(tiny_spec(steps=1), tmp_path / "r", device="cpu", progress=False)
+    # without the recorded count (older checkpoints), the loaded training state tells
+    spec_file.write_text(json.dumps({k: v for k, v in json.loads(spec_file.read_text()).items() if k != "trained_steps"}))
+    with pytest.raises(ValueError, match="trained 2 steps"):
+        train_run(tiny_spec(steps=1), tmp_path / "r", device="cpu", progress=False)
+
+
 def test_paper_model_size():
     """The paper preset's backbone: 12 layers, 8 heads, width 256 (about 9.5M parameters with MLPs)."""
     from ssa_hf.icl import ICLModel, preset

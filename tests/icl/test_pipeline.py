@@ -31,6 +31,13 @@ def test_pipeline_writes_results_report_and_plots(tmp_path, tiny_config):
     for name in ("every_error_vs_sigma", "every_error_vs_length", "every_error_per_position", "every_attention_probe"):
         png = tmp_path / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({name}.png)" in report
+    # every axis says what it shows; the attention maps have a colour scale
+    from ssa_hf.icl.report import _position_plot, _probe_plot
+    from ssa_hf.reporting import pyplot
+
+    probe_figure, position_figure = _probe_plot(results, "every", pyplot()), _position_plot(results, "every", pyplot())
+    assert sum(ax.get_label() == "<colorbar>" for ax in probe_figure.axes) == 1
+    assert all(ax.get_xlabel() and ax.get_ylabel() for ax in position_figure.axes + probe_figure.axes[:-1])
     # 2 training steps do not learn the rule, and the report says so
     assert results.failed_runs() and "failed:" in report
     # a second call reuses every finished run
@@ -114,3 +121,40 @@ def test_parallel_workers_give_the_same_results(tmp_path, tiny_config):
     strip = lambda runs: [{k: v for k, v in r.items() if k not in ("train", "eval_seconds")} for r in runs]  # noqa: E731
     assert strip(parallel.runs) == strip(serial.runs)
     assert [r["train"]["history"] for r in parallel.runs] == [r["train"]["history"] for r in serial.runs]
+
+
+def _spec_file(folder, name="every-ssa-seed0"):
+    return folder / "runs" / name / "checkpoint" / "run_spec.json"
+
+
+def test_a_rerun_with_fewer_steps_refuses_instead_of_reporting_the_longer_run(tmp_path, tiny_config):
+    """`--steps 2` into a folder of 3-step runs must not report them as 2-step results."""
+    tiny_config.scoring, tiny_config.seeds, tiny_config.train.steps = ["ssa"], [0], 3
+    run_icl(tiny_config, tmp_path, progress=False, plots=False)
+    before = (tmp_path / "results.json").read_text()
+    tiny_config.train.steps = 2
+    with pytest.raises(ValueError, match=r"every-ssa-seed0: it has trained 3 steps, more than train.steps=2.*--steps 3"):
+        run_icl(tiny_config, tmp_path, progress=False, plots=False)
+    assert (tmp_path / "results.json").read_text() == before
+    # a checkpoint written before the steps were recorded: the finished run's result.json tells
+    spec = json.loads(_spec_file(tmp_path).read_text())
+    del spec["trained_steps"]
+    _spec_file(tmp_path).write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match="trained 3 steps"):
+        run_icl(tiny_config, tmp_path, progress=False, plots=False)
+    # more steps resume the run, and results.json reports what ran
+    tiny_config.train.steps = 4
+    results = run_icl(tiny_config, tmp_path, progress=False, plots=False)
+    assert [r["train"]["steps"] for r in results.runs] == [4] and results.runs[0]["train"]["resumed_from"] == 3
+    assert json.loads((tmp_path / "results.json").read_text())["config"]["train"]["steps"] == 4
+
+
+def test_a_rerun_with_other_settings_refuses_and_says_how_to_reuse(tmp_path, tiny_config):
+    tiny_config.scoring, tiny_config.seeds = ["ssa"], [0, 1]
+    run_icl(tiny_config, tmp_path, progress=False, plots=False)
+    tiny_config.train.lr *= 2
+    with pytest.raises(ValueError) as error:
+        run_icl(tiny_config, tmp_path, progress=False, plots=False)
+    message = str(error.value)
+    assert "every-ssa-seed0: it was trained with train.lr=" in message and "every-ssa-seed1" in message
+    assert "another --output-dir" in message

@@ -88,3 +88,31 @@ def test_wikitext_perplexity_command(reference_runs, capsys):
     assert code == 0
     table = capsys.readouterr().out
     assert "wiki.test.raw | 8 | 32 | 248 |" in table
+
+
+def test_window_length_defaults_to_the_trained_length_and_warns_past_it(reference_runs, tmp_path, caplog, capsys):
+    """The run trained on 32-token blocks (its model has 128 positions): 32-token windows unless told otherwise."""
+    final = reference_runs("causal").final_dir
+    with caplog.at_level("INFO", logger="ssa_hf.perplexity"):
+        result = evaluate_perplexity(final, heldout=True, windows=4, seed=1)[0]
+    assert result.window_length == 32 and result.tokens_scored == 4 * 31
+    assert "windows of 32 tokens: the block size of its training run" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ssa_hf.perplexity"):
+        evaluate_perplexity(final, heldout=True, windows=2, window_length=64, seed=1)
+    assert "longer than the 32 the model was trained on" in caplog.text
+    # without the training record: max_position_embeddings
+    from transformers import AutoConfig
+
+    from ssa_hf.train.perplexity import trained_length
+
+    assert trained_length(tmp_path, AutoConfig.from_pretrained(final)) == (128, "max_position_embeddings in its config")
+    # pytest's captured stderr is no terminal: no progress bars of ours in it
+    err = capsys.readouterr().err
+    assert " windows" not in err and " docs" not in err
+
+
+def test_progress_bar_counts_windows(reference_runs, capsys):
+    final = reference_runs("causal").final_dir
+    evaluate_perplexity(final, heldout=True, windows=5, batch_size=2, seed=1, progress=True)
+    assert "5/5" in capsys.readouterr().err
