@@ -120,6 +120,10 @@ def test_resume_refuses_a_checkpoint_with_more_steps_than_asked(tmp_path):
         train_run(tiny_spec(steps=1), tmp_path / "r", device="cpu", progress=False)
     # without the recorded count (older checkpoints), the loaded training state tells
     spec_file.write_text(json.dumps({k: v for k, v in json.loads(spec_file.read_text()).items() if k != "trained_steps"}))
+    from ssa_hf.train.checkpoint import write_manifest
+
+    (spec_file.parent / "manifest.json").unlink()
+    write_manifest(spec_file.parent, step=2)  # an intact older checkpoint, not a damaged one
     with pytest.raises(ValueError, match="trained 2 steps"):
         train_run(tiny_spec(steps=1), tmp_path / "r", device="cpu", progress=False)
 
