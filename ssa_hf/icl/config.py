@@ -53,6 +53,9 @@ class TrainConfig:
             raise ValueError(f"train.{error}") from None
 
 
+LINEAR_PROTOCOLS = ("standard", "paper")
+
+
 @dataclass
 class EvalConfig:
     # quantifier tasks: sequence and individual error over a sigma sweep (at `length` points) and over a length
@@ -66,6 +69,12 @@ class EvalConfig:
     # linear task: mean squared error over sigma_x x sigma_ab
     linear_sigmas_x: list[float] = field(default_factory=lambda: [1, 2, 5, 10])
     linear_sigmas_ab: list[float] = field(default_factory=lambda: [1, 2, 5, 10])
+    # "standard": `batches` x `batch_size` prompts per cell, one (a, b) each, at `length` points; "paper": the
+    # authors' protocol: `linear_functions` functions applied to the same `batch_size` x-sequences of
+    # `linear_points` points per cell (100 x 64 prompts of 9 points)
+    linear_protocol: str = "standard"
+    linear_points: int = 9
+    linear_functions: int = 100
     # every cell: `batches` batches of `batch_size` prompts, from a generator seeded by `seed` and the cell, so
     # that every model (and the baselines) sees the same prompts
     batches: int = 4
@@ -90,6 +99,10 @@ class EvalConfig:
             raise ValueError(f"eval.length must be >= 1 or null, got {self.length}")
         if self.batches < 1 or self.batch_size < 1 or self.from_position < 1:
             raise ValueError("eval.batches, eval.batch_size and eval.from_position must be >= 1")
+        if self.linear_protocol not in LINEAR_PROTOCOLS:
+            raise ValueError(f"eval.linear_protocol must be one of {LINEAR_PROTOCOLS}, got {self.linear_protocol!r}")
+        if self.linear_points < 1 or self.linear_functions < 1:
+            raise ValueError("eval.linear_points and eval.linear_functions must be >= 1")
         if not self.length_sweep_sigma > 0:
             raise ValueError(f"eval.length_sweep_sigma must be > 0, got {self.length_sweep_sigma}")
 
@@ -230,7 +243,7 @@ class ICLConfig:
         self.stats.validate(self.scoring, self.tasks)
         if self.stats.primary_applies(self.scoring, self.tasks) is None:
             self._check_primary_cells()
-        longest = max(self.eval.lengths + [self.eval_length, self.train.curriculum.end])
+        longest = max(self.eval.lengths + [self.eval_length, self.train.curriculum.end, self.eval.linear_points])
         if longest > self.model.max_points:
             raise ValueError(f"model.max_points ({self.model.max_points}) is below the longest prompt ({longest} points)")
         return self
@@ -305,6 +318,7 @@ PAPER = ICLConfig(
         lengths=list(range(10, 201, 10)),
         linear_sigmas_x=list(range(1, 11)),
         linear_sigmas_ab=list(range(1, 11)),
+        linear_protocol="paper",
         batches=100,
     ),
     stats=StatsConfig(primary=PrimaryEndpoint(task="every", treatment="ssa", control="softmax", sweep="sigma_sweep",

@@ -317,6 +317,11 @@ def report_markdown(results) -> str:
                           "Share of seeds whose prediction is correct at each position, and the attention weight the last "
                           "query (x4 = 1000) puts on itself, mean over heads, mean [95% interval] over seeds.", "", table]
         else:
+            grid = results.summary[task][config["scoring"][0]]["grid"]
+            protocol = ("the authors' protocol: " + f"{ev['linear_functions']} functions applied to the same "
+                        f"{ev['batch_size']} x-sequences per cell" if ev.get("linear_protocol") == "paper"
+                        else "one function per prompt")
+            lines += ["", f"Test prompts: {grid['length']} points, {protocol}; MSE over positions >= {ev['from_position']}."]
             lines += [""] + [p + "\n" for p in _linear_tables(results, task)]
             lines += _paired_section(results, task, alpha)
     plots = results.files.get("plots", [])
