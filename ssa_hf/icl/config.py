@@ -163,7 +163,7 @@ class StatsConfig:
     """How scoring functions are compared: paired by seed (see `ssa_hf.icl.stats`).
 
     `comparisons`: pairs [a, b] reported as a - b; None: every pair of the scoring functions run, `ssa` first and
-    `softmax` last (ssa - softmax, ssa - temperature, temperature - softmax).
+    `softmax` last: ssa - softmax, ssa - temperature, temperature - softmax.
     Secondary comparisons (every cell of every sweep) are exploratory; their Holm-adjusted p-values control the
     family-wise error over all cells and comparisons of a task.
     """
@@ -199,9 +199,11 @@ class StatsConfig:
     def pairs(self, scoring: list[str]) -> list[tuple[str, str]]:
         if self.comparisons is not None:
             return [(a, b) for a, b in self.comparisons]
-        # ssa first, softmax (the reference) last, the others in the given order: a - b reads "a against b"
+        # ssa first, softmax (the reference) last, the others in the given order: a - b reads "a against b";
+        # comparisons with softmax come first
         order = sorted(scoring, key=lambda name: 0 if name == "ssa" else 2 if name == "softmax" else 1)
-        return [(order[i], order[j]) for i in range(len(order)) for j in range(i + 1, len(order))]
+        pairs = [(order[i], order[j]) for i in range(len(order)) for j in range(i + 1, len(order))]
+        return sorted(pairs, key=lambda pair: (order.index(pair[0]), pair[1] != "softmax"))
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..reporting import OutputDir, markdown_table, pyplot
+from .stats import smallest_p
 from .tasks import is_quantifier
 
 SETS = {"standard": "standard test set (x ~ N(0, sigma))", "balanced": "balanced test set (our addition)"}
@@ -183,7 +184,11 @@ def verdict_lines(paired: dict, alpha: float = 0.05) -> list[str]:
                     text += f"**{a} worse than {b}** on {_group_cells(worse)}. "
                 held = [c for c in nominal if c["holm_p"] < alpha]
                 text += (f"After Holm's correction over the {tests} cell tests of `{task}`: "
-                         + (f"{len(held)} of these hold ({_group_cells(held)})." if held else "none of these holds."))
+                         + (f"{len(held)} of these hold ({_group_cells(held)})." if held else "none of these holds"))
+                floor = smallest_p(len(entry["seeds"]))
+                if not held:
+                    text += (f" (with {len(entry['seeds'])} seeds the smallest possible p is {_p(floor)}, so no cell can "
+                             f"hold over {tests} tests)." if floor * tests >= alpha else ".")
             lines.append(text.strip())
     return lines
 

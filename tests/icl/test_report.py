@@ -49,3 +49,17 @@ def test_skipped_primary_says_why():
     config = config_from_dict({"scoring": ["ssa"], "stats": {"primary": {"min_value": 8}}})
     text = "\n".join(primary_section(paired_comparisons(config, runs)))
     assert text.startswith("Not evaluated: the declared primary endpoint compares ssa with softmax")
+
+
+def test_says_when_no_cell_can_survive_holm():
+    runs = [r for r in ssa_better_at_large_sigma_worse_when_long() if r["seed"] < 7]
+    (line,) = verdict_lines(_paired(runs, seeds=7))
+    assert "**ssa worse than softmax** on the balanced set at 200 points (p = 0.016)" in line
+    assert "none of these holds (with 7 seeds the smallest possible p is 0.016, so no cell can hold over 10 tests)" in line
+
+
+def test_comparisons_with_softmax_come_first():
+    from ssa_hf.icl.config import StatsConfig
+
+    assert StatsConfig().pairs(["softmax", "ssa", "temperature"]) == [("ssa", "softmax"), ("ssa", "temperature"), ("temperature", "softmax")]
+    assert StatsConfig(comparisons=[["softmax", "ssa"]]).pairs(["softmax", "ssa"]) == [("softmax", "ssa")]
