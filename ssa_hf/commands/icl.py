@@ -42,6 +42,8 @@ def register(subparsers) -> None:
     p.add_argument("--lengths", type=_list(int), help="prompt-length grid (points) of the quantifier tasks")
     p.add_argument("--linear-sigmas", type=_list(float), help="sigma_x and sigma_ab grid of the linear task")
     p.add_argument("--eval-batches", type=int, help="batches of test prompts per grid cell")
+    p.add_argument("--linear-protocol", choices=["standard", "paper"],
+                   help="linear test: standard (one line per prompt) or paper (100 lines x the same 64 inputs, 9 points)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"])
     p.add_argument("--threads", type=int, help="torch CPU threads per run")
     p.add_argument("--workers", type=int, help="runs trained in parallel processes (CPU)")

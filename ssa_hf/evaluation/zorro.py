@@ -1,5 +1,8 @@
 """Zorro grammar probes (Huebner et al. 2021): 23 paradigms of minimal pairs, each line pair (ungrammatical,
-grammatical); a model is right on a pair when it scores the grammatical sentence higher (ties count as wrong).
+grammatical); a model is right on a pair when it scores the grammatical sentence higher. A tie (equal scores) is
+broken at random with a seeded generator (`ties: random`, default) or counted as wrong (`ties: wrong`, what the
+public Zorro and BabyBERTa scoring code does with its strict comparison); the tie count and the accuracy with ties
+counted as wrong are always reported too.
 
 Scoring methods (`SCORING_METHODS`):
 - `holistic` (masked LMs; BabyBERTa's): the unmasked sentence, with the tokenizer's special tokens, goes through the
@@ -13,7 +16,9 @@ Scoring methods (`SCORING_METHODS`):
 from __future__ import annotations
 
 import logging
+import random
 import time
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +85,8 @@ class ProbeConfig:
     output_dir: str | None = None
     name: str | None = None
     save_scores: bool = False
+    ties: str = "random"  # "random" (seeded by tie_seed, paradigm and method) or "wrong"
+    tie_seed: int = 0
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> ProbeConfig:
@@ -108,6 +115,8 @@ class ProbeConfig:
         if self.threads is not None and int(self.threads) < 1:
             raise ValueError(f"threads must be >= 1, got {self.threads}")
         check_dtype(self.dtype)
+        if self.ties not in TIE_RULES:
+            raise ValueError(f"ties must be one of {TIE_RULES}, got {self.ties!r}")
 
 
 @dataclass
@@ -315,11 +324,28 @@ def score_loglik(model, tokenizer, sentences: list[str], batch_size: int = 64, p
 SCORERS = {"holistic": score_holistic, "pll": score_pll, "loglik": score_loglik}
 
 
-def pair_accuracy(bad_scores: list[float], good_scores: list[float]) -> dict[str, Any]:
+TIE_RULES = ("random", "wrong")
+
+
+def pair_accuracy(bad_scores: list[float], good_scores: list[float], ties: str = "random", seed: int = 0) -> dict[str, Any]:
+    """Accuracy over pairs: grammatical scored higher. Ties: each broken by a fair coin from `random.Random(seed)`
+    (`ties="random"`) or counted as wrong (`"wrong"`). Also returns the tie count and the ties-as-wrong accuracy."""
+    if ties not in TIE_RULES:
+        raise ValueError(f"ties must be one of {TIE_RULES}, got {ties!r}")
+    if len(bad_scores) != len(good_scores) or not good_scores:
+        raise ValueError(f"need as many ungrammatical as grammatical scores (and at least one), got {len(bad_scores)}, {len(good_scores)}")
     correct = sum(g > b for b, g in zip(bad_scores, good_scores))
-    ties = sum(g == b for b, g in zip(bad_scores, good_scores))
+    tied = sum(g == b for b, g in zip(bad_scores, good_scores))
+    rng = random.Random(seed)
+    won = sum(rng.random() < 0.5 for _ in range(tied)) if ties == "random" else 0
     n = len(good_scores)
-    return {"accuracy": correct / n, "correct": correct, "ties": ties, "n": n}
+    return {"accuracy": (correct + won) / n, "correct": correct, "ties": tied, "ties_won": won,
+            "accuracy_ties_wrong": correct / n, "tie_rule": ties, "n": n}
+
+
+def tie_seed(base: int, paradigm: str, method: str) -> int:
+    """A seed per (paradigm, method), so that a paradigm's tie-breaks do not depend on which others were run."""
+    return zlib.crc32(f"{base}|{paradigm}|{method}".encode())
 
 
 # ------------------------------------------------------------------------------------------------- model
@@ -399,7 +425,9 @@ def run_probe(config: ProbeConfig, progress: bool = True) -> ProbeResults:
         for method in methods:
             scores = SCORERS[method](model, tokenizer, bad + good, int(config.batch_size), progress)
             bad_scores, good_scores = scores[: len(bad)], scores[len(bad) :]
-            paradigms[paradigm][method] = pair_accuracy(bad_scores, good_scores)
+            paradigms[paradigm][method] = pair_accuracy(
+                bad_scores, good_scores, config.ties, tie_seed(config.tie_seed, paradigm, method)
+            )
             pair_scores[paradigm][method] = [[b, g] for b, g in zip(bad_scores, good_scores)]
     mean = {m: sum(paradigms[p][m]["accuracy"] for p in paradigms) / len(paradigms) for m in methods}
     settings = {
@@ -414,7 +442,8 @@ def run_probe(config: ProbeConfig, progress: bool = True) -> ProbeResults:
         "device": str(next(model.parameters()).device),
         "dtype": config.dtype,
         "attn_implementation": getattr(model.config, "_attn_implementation", None),
-        "ties": "count as wrong",
+        "ties": ("broken at random (seeded: tie_seed, paradigm, method)" if config.ties == "random" else "count as wrong"),
+        "tie_seed": config.tie_seed,
     }
     if kind == "causal":
         settings["prefix_token"] = causal_prefix(tokenizer)[1]

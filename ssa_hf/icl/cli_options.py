@@ -20,6 +20,7 @@ OVERRIDES = {
     "lengths": ("eval", "lengths"),
     "linear_sigmas": (("eval", "linear_sigmas_x"), ("eval", "linear_sigmas_ab")),
     "eval_batches": ("eval", "batches"),
+    "linear_protocol": ("eval", "linear_protocol"),
     "device": ("device",),
     "threads": ("threads",),
     "workers": ("workers",),

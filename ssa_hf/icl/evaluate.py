@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from .config import EvalConfig
-from .tasks import PROBE_VALUES, Prompts, is_quantifier, probe_prompts, sample
+from .tasks import PROBE_VALUES, Prompts, is_quantifier, probe_prompts, sample, sample_linear_shared_inputs
 
 Predictor = Callable[[Prompts], Tensor]  # prompts -> outputs at the input positions [N, L]
 
@@ -97,6 +97,15 @@ def baselines_for(task: str) -> dict[str, Predictor]:
 # --------------------------------------------------------------------------------------------------
 
 
+def linear_paper_prompts(sigma_x: float, sigma_ab: float, cfg: EvalConfig) -> Prompts:
+    """The authors' linear test cell: `linear_functions` lines (a, b ~ N(0, sigma_ab)), each applied to the same
+    `batch_size` x-sequences of `linear_points` points (x ~ N(0, sigma_x)); prompts ordered function by function."""
+    key = f"icl-eval-linear-paper|{cfg.seed}|{float(sigma_x)}|{float(sigma_ab)}|{cfg.linear_points}|{cfg.linear_functions}"
+    generator = torch.Generator().manual_seed(zlib.crc32(key.encode()))
+    return sample_linear_shared_inputs(cfg.batch_size, cfg.linear_functions, cfg.linear_points, float(sigma_x),
+                                       float(sigma_ab), generator)
+
+
 def cell_prompts(task: str, balanced: bool, sigma: float, points: int, cfg: EvalConfig, sigma_ab: float = 1.0) -> Prompts:
     """All test prompts of one cell (`cfg.batches` x `cfg.batch_size`), the same for every model."""
     key = f"icl-eval|{cfg.seed}|{task}|{'balanced' if balanced else 'standard'}|{float(sigma)}|{int(points)}|{float(sigma_ab)}"
@@ -134,11 +143,14 @@ def _score(task: str, predict: Predictor, prompts: Prompts, cfg: EvalConfig) -> 
 def evaluate_task(task: str, predict: Predictor, cfg: EvalConfig, length: int) -> dict:
     """Every grid of `task` for one predictor (a model or a baseline)."""
     if not is_quantifier(task):
+        paper = cfg.linear_protocol == "paper"
+        length = cfg.linear_points if paper else length
         mse, per_position = [], []
         for sx in cfg.linear_sigmas_x:
             row, row_pos = [], []
             for sab in cfg.linear_sigmas_ab:
-                cell = _score(task, predict, cell_prompts(task, False, sx, length, cfg, sab), cfg)
+                prompts = linear_paper_prompts(sx, sab, cfg) if paper else cell_prompts(task, False, sx, length, cfg, sab)
+                cell = _score(task, predict, prompts, cfg)
                 row.append(cell["mse"])
                 row_pos.append(cell["per_position"])
             mse.append(row)
@@ -146,6 +158,8 @@ def evaluate_task(task: str, predict: Predictor, cfg: EvalConfig, length: int) -
         return {
             "grid": {
                 "length": length,
+                "protocol": cfg.linear_protocol,
+                "prompts_per_cell": cfg.linear_functions * cfg.batch_size if paper else cfg.batches * cfg.batch_size,
                 "sigmas_x": list(cfg.linear_sigmas_x),
                 "sigmas_ab": list(cfg.linear_sigmas_ab),
                 "mse": mse,

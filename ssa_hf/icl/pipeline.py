@@ -22,7 +22,7 @@ import torch
 from ..reporting import OutputDir, atomic_write_json
 from .config import EvalConfig, ICLConfig
 from .evaluate import baselines_for, evaluate_task, in_distribution_check, model_predictor, probe
-from .stats import mean_ci
+from .stats import mean_ci, paired_comparisons
 from .tasks import is_quantifier
 from .train import RunSpec, find_checkpoint, resolve_device, resume_problem, train_run
 
@@ -42,6 +42,8 @@ class ICLResults:
     environment: dict
     seconds: float
     files: dict = field(default_factory=dict)
+    # comparisons of scoring functions paired by seed, and the declared primary endpoint (stats.paired_comparisons)
+    paired: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -311,6 +313,7 @@ def run_icl(config: ICLConfig, output_dir: str | os.PathLike, progress: bool = T
         summary=summary,
         environment=environment(),
         seconds=0.0,
+        paired=paired_comparisons(config, runs),
     )
     if plots:
         results.files["plots"] = [str(p) for p in write_plots(results, out)]

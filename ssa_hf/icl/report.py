@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..reporting import OutputDir, markdown_table, pyplot
-from .stats import separated
+from .stats import smallest_p
 from .tasks import is_quantifier
 
 SETS = {"standard": "standard test set (x ~ N(0, sigma))", "balanced": "balanced test set (our addition)"}
@@ -28,60 +28,169 @@ def _reference(scorings: list[str]) -> str:
     return "softmax" if "softmax" in scorings else scorings[0]
 
 
-def _called(cis: dict[str, dict], reference: str) -> str:
-    """Which scoring functions' intervals lie wholly below / above the reference's."""
-    notes = []
-    for name, ci in cis.items():
-        if name == reference:
-            continue
-        side = separated(ci, cis[reference])
-        if side < 0:
-            notes.append(f"{name} lower")
-        elif side > 0:
-            notes.append(f"{name} higher")
-    return ", ".join(notes) if notes else "intervals overlap"
-
-
 def _sweep_table(results, task: str, sweep: str, test_set: str, metric: str) -> str | None:
     summary, baselines = results.summary[task], results.baselines[task]
     scorings = [s for s in results.config["scoring"] if s in summary]
     if test_set not in summary[scorings[0]][sweep]:
         return None
-    reference = _reference(scorings)
     label = "sigma" if sweep == "sigma_sweep" else "points"
     values = summary[scorings[0]][sweep]["values"]
-    headers = [label] + scorings + ["majority baseline", f"vs {reference} (95% intervals)"]
+    headers = [label] + scorings + ["majority baseline"]
     rows = []
     for i, value in enumerate(values):
         cis = {s: summary[s][sweep][test_set][metric][i] for s in scorings}
         base = baselines["majority"][sweep][test_set][metric][i]["mean"]
-        rows.append([value] + [_pct(cis[s]) for s in scorings] + [f"{100 * base:.1f}%", _called(cis, reference)])
+        rows.append([value] + [_pct(cis[s]) for s in scorings] + [f"{100 * base:.1f}%"])
     return markdown_table(headers, rows)
 
 
 def headline_table(results, task: str, sweep: str) -> str:
-    """Sequence error on both test sets side by side (scoring functions, baseline, which intervals separate)."""
+    """Sequence error on both test sets side by side (scoring functions, mean [t interval] over seeds; baseline)."""
     summary, baselines = results.summary[task], results.baselines[task]
     scorings = [s for s in results.config["scoring"] if s in summary]
-    reference = _reference(scorings)
     sets = [t for t in ("standard", "balanced") if t in summary[scorings[0]][sweep]]
     headers = ["sigma" if sweep == "sigma_sweep" else "points"]
     for test_set in sets:
         headers += [f"{s} ({test_set})" for s in scorings] + [f"baseline ({test_set})"]
-    headers.append("called (95% intervals separate)")
     rows = []
     for i, value in enumerate(summary[scorings[0]][sweep]["values"]):
-        row, calls = [value], []
+        row = [value]
         for test_set in sets:
             cis = {s: summary[s][sweep][test_set]["sequence_error"][i] for s in scorings}
             row += [_pct(cis[s]) for s in scorings]
             row.append(f"{100 * baselines['majority'][sweep][test_set]['sequence_error'][i]['mean']:.1f}%")
-            call = _called(cis, reference)
-            if call != "intervals overlap":
-                calls.append(f"{test_set}: {call}")
-        row.append("; ".join(calls) if calls else "-")
         rows.append(row)
     return markdown_table(headers, rows)
+
+
+# --------------------------------------------------------------------------------------------------
+# Paired comparisons, the primary endpoint and the verdict in words
+# --------------------------------------------------------------------------------------------------
+
+
+def _p(value: float) -> str:
+    return f"{value:.2g}" if value >= 0.001 else f"{value:.1e}"
+
+
+def _diff(cell: dict, metric: str) -> str:
+    if metric == "mse":
+        return f"{cell['mean_difference']:+.3g} [{cell['low']:+.3g}, {cell['high']:+.3g}]"
+    return f"{100 * cell['mean_difference']:+.1f} [{100 * cell['low']:+.1f}, {100 * cell['high']:+.1f}]"
+
+
+def _value(x: float, metric: str) -> str:
+    return f"{x:.3g}" if metric == "mse" else f"{100 * x:.1f}%"
+
+
+def _better(cell: dict) -> bool:
+    """The side the signed-rank test sees: a's errors below b's (negative differences carry more rank)."""
+    return cell["w_minus"] > cell["w_plus"]
+
+
+def _where(cell: dict) -> str:
+    if cell["sweep"] == "grid":
+        return f"sigma_x {cell['sigma_x']:g}, sigma_ab {cell['sigma_ab']:g}"
+    return f"sigma {cell['value']:g}" if cell["sweep"] == "sigma_sweep" else f"{cell['value']:g} points"
+
+
+def _reading(cell: dict, a: str, alpha: float) -> str:
+    if cell["wilcoxon_p"] >= alpha:
+        return "-"
+    word = f"{a} better" if _better(cell) else f"**{a} worse**"
+    return word + (" (holds after Holm)" if cell["holm_p"] < alpha else " (nominal)")
+
+
+def paired_table(entry: dict, alpha: float = 0.05) -> str:
+    """One comparison a - b, cell by cell: means, paired difference with its bootstrap interval, tests."""
+    a, b = entry["a"], entry["b"]
+    headers = ["test set", "cell", a, b, f"{a} - {b} [95% paired bootstrap]", f"seeds {a} lower / higher / tied",
+               "Wilcoxon p", "sign p", "Holm p", "reading"]
+    rows = []
+    for cell in entry["cells"]:
+        metric = cell["metric"]
+        rows.append([cell.get("test_set", "-"), _where(cell), _value(cell["mean_a"], metric), _value(cell["mean_b"], metric),
+                     _diff(cell, metric), f"{cell['lower']} / {cell['higher']} / {cell['ties']}",
+                     _p(cell["wilcoxon_p"]), _p(cell["sign_p"]), _p(cell["holm_p"]), _reading(cell, a, alpha)])
+    return markdown_table(headers, rows)
+
+
+def _endpoint_line(result: dict, treatment: str, control: str, metric: str, test: str = "wilcoxon") -> str:
+    return (f"{treatment} {_value(result['mean_a'], metric)}, {control} {_value(result['mean_b'], metric)}; difference "
+            f"{_diff(result, metric)}{'' if metric == 'mse' else ' percentage points'} (95% paired bootstrap interval), "
+            f"Wilcoxon signed-rank p = {_p(result['wilcoxon_p'])}, sign test p = {_p(result['sign_p'])}; {treatment} lower in "
+            f"{result['lower']} of {result['seeds']} seeds, higher in {result['higher']}, tied in {result['ties']}")
+
+
+def primary_section(paired: dict) -> list[str]:
+    """The declared primary endpoint and its verdict, in words."""
+    primary = paired.get("primary")
+    if not primary or "skipped" in primary:
+        reason = primary["skipped"] if primary else "no primary endpoint was declared"
+        return [f"Not evaluated: {reason}. Every comparison below is exploratory."]
+    declared = primary["declared"]
+    t, c, metric, alpha = declared["treatment"], declared["control"], declared["metric"], primary["alpha"]
+    if primary["direction"] == "lower":
+        verdict = f"**{t} has the lower (better) {metric.replace('_', ' ')}**: the difference is significant at {alpha:g}"
+    elif primary["direction"] == "higher":
+        verdict = f"**{t} is worse than {c}**: its {metric.replace('_', ' ')} is significantly higher at {alpha:g}"
+    else:
+        verdict = f"**no difference shown** (p >= {alpha:g}): inconclusive at this scale"
+        if primary["smallest_possible_p"] >= alpha:
+            verdict += f"; with {primary['seeds']} seeds no exact test can reach p < {alpha:g} at all"
+    return [
+        f"Declared in the preset before the run (`stats.primary`): {primary['description']}, paired by seed "
+        f"({primary['seeds']} seeds), tested with the {'Wilcoxon signed-rank' if primary['test'] == 'wilcoxon' else 'sign'} "
+        f"test at alpha = {alpha:g}.",
+        "",
+        f"Result: {_endpoint_line(primary, t, c, metric)}.",
+        "",
+        f"Verdict on the primary endpoint: {verdict}.",
+    ]
+
+
+def _group_cells(cells: list[dict]) -> str:
+    groups: dict = {}
+    for cell in cells:
+        groups.setdefault((cell["sweep"], cell.get("test_set")), []).append(cell)
+    parts = []
+    for (sweep, test_set), members in groups.items():
+        where = ", ".join(_where(c) for c in members)
+        ps = ", ".join(_p(c["wilcoxon_p"]) for c in members)
+        parts.append(f"{'the ' + test_set + ' set at ' if test_set else ''}{where} (p = {ps})")
+    return "; ".join(parts)
+
+
+def verdict_lines(paired: dict, alpha: float = 0.05) -> list[str]:
+    """Every comparison in plain words: where a is better, where it is worse (secondary, exploratory)."""
+    lines = []
+    for task, comparisons in paired.get("tasks", {}).items():
+        tests = sum(len(entry["cells"]) for entry in comparisons)
+        for entry in comparisons:
+            a, b = entry["a"], entry["b"]
+            nominal = [c for c in entry["cells"] if c["wilcoxon_p"] < alpha]
+            better = [c for c in nominal if _better(c)]
+            worse = [c for c in nominal if not _better(c)]
+            text = f"- `{task}`, {a} vs {b} ({len(entry['seeds'])} seeds): "
+            if "endpoint" in entry:
+                e = entry["endpoint"]
+                text += (f"primary-endpoint statistic {_diff(e, 'sequence_error' if task != 'linear' else 'mse')}"
+                         f"{'' if task == 'linear' else ' points'}, Wilcoxon p = {_p(e['wilcoxon_p'])}. ")
+            if not nominal:
+                text += f"No cell differs at p < {alpha:g}."
+            else:
+                if better:
+                    text += f"{a} better than {b} on {_group_cells(better)}. "
+                if worse:
+                    text += f"**{a} worse than {b}** on {_group_cells(worse)}. "
+                held = [c for c in nominal if c["holm_p"] < alpha]
+                text += (f"After Holm's correction over the {tests} cell tests of `{task}`: "
+                         + (f"{len(held)} of these hold ({_group_cells(held)})." if held else "none of these holds"))
+                floor = smallest_p(len(entry["seeds"]))
+                if not held:
+                    text += (f" (with {len(entry['seeds'])} seeds the smallest possible p is {_p(floor)}, so no cell can "
+                             f"hold over {tests} tests)." if floor * tests >= alpha else ".")
+            lines.append(text.strip())
+    return lines
 
 
 def _runs_table(results, task: str) -> str:
@@ -125,7 +234,6 @@ def _probe_table(results, task: str) -> str | None:
 def _linear_tables(results, task: str) -> list[str]:
     summary, baselines = results.summary[task], results.baselines[task]
     scorings = [s for s in results.config["scoring"] if s in summary]
-    reference = _reference(scorings)
     parts = []
     grid = summary[scorings[0]]["grid"]
     headers = ["sigma_x \\ sigma_ab"] + [f"{v:g}" for v in grid["sigmas_ab"]]
@@ -136,17 +244,6 @@ def _linear_tables(results, task: str) -> list[str]:
     for name, base in baselines.items():
         rows = [[f"{sx:g}"] + [f"{c['mean']:.3g}" for c in row] for sx, row in zip(grid["sigmas_x"], base["grid"]["mse"])]
         parts.append(f"MSE, baseline `{name}`:\n\n" + markdown_table(headers, rows))
-    for name in scorings:
-        if name == reference:
-            continue
-        marks = []
-        for r, sx in enumerate(grid["sigmas_x"]):
-            row = [f"{sx:g}"]
-            for c in range(len(grid["sigmas_ab"])):
-                side = separated(summary[name]["grid"]["mse"][r][c], summary[reference]["grid"]["mse"][r][c])
-                row.append({-1: "lower", 1: "higher", 0: "="}[side])
-            marks.append(row)
-        parts.append(f"{name} vs {reference}: where the 95% intervals separate (`=`: they overlap):\n\n" + markdown_table(headers, marks))
     return parts
 
 
@@ -174,8 +271,10 @@ def report_markdown(results) -> str:
         f"batch {train['batch_size']}, Adam lr {train['lr']:g}, warm-up {train['warmup_steps']}, x ~ N(0, {train['sigma']:g}), "
         f"curriculum {cur['start']} -> {cur['end']} points (+{cur['increment']} every {cur['interval']} steps). "
         f"Seeds {config['seeds']}. Evaluation: {ev['batches']} x {ev['batch_size']} prompts per cell, the same prompts for "
-        f"every model; sequence error counts predictions from position {ev['from_position']} on. Intervals: 95% Student-t "
-        f"over seeds, clipped to [0, 100%]; a difference is called only where intervals separate. "
+        f"every model; sequence error counts predictions from position {ev['from_position']} on. Per-arm intervals: 95% "
+        f"Student-t over seeds, clipped to [0, 100%] (descriptive only). Comparisons are paired by seed (the same seed "
+        f"gives both arms the same initial weights, training prompts and test prompts): per-seed differences, a 95% paired "
+        f"bootstrap interval of their mean, exact Wilcoxon signed-rank and sign tests. "
         + _timing(results),
         "",
         "The majority baseline always answers the most frequent label of each position (a constant answer per "
@@ -183,6 +282,16 @@ def report_markdown(results) -> str:
         "the first counterexample sits at a uniformly random position or nowhere, so it separates a model that learned "
         "the rule from one that learned to answer the common label.",
     ]
+    lines += _temperature_note(results)
+    paired = getattr(results, "paired", None) or {}
+    alpha = (paired.get("primary") or {}).get("alpha", 0.05)  # a skipped primary: the default level
+    lines += ["", "## Primary endpoint", ""] + primary_section(paired)
+    verdicts = verdict_lines(paired, alpha)
+    if verdicts:
+        lines += ["", "## Secondary comparisons (exploratory)", "",
+                  f"Every cell of every sweep, paired by seed; a cell is named where the Wilcoxon signed-rank p < {alpha:g} "
+                  "(nominal, not corrected for the number of cells); Holm's correction over all cells and comparisons of a "
+                  "task is stated after each. Lower error is better.", ""] + verdicts
     for task in config["tasks"]:
         lines += ["", f"## Task `{task}`", "", "### Runs", "", _runs_table(results, task)]
         if is_quantifier(task):
@@ -198,6 +307,7 @@ def report_markdown(results) -> str:
                       headline_table(results, task, "sigma_sweep"), "",
                       f"By prompt length at sigma {first['length_sweep']['sigma']:g}:", "",
                       headline_table(results, task, "length_sweep")]
+            lines += _paired_section(results, task, alpha)
             for sweep, title in (("sigma_sweep", "Error by sigma"), ("length_sweep", "Error by prompt length")):
                 first = results.summary[task][config["scoring"][0]][sweep]
                 where = f"at {first['length']} points" if sweep == "sigma_sweep" else f"at sigma {first['sigma']:g}"
@@ -212,11 +322,47 @@ def report_markdown(results) -> str:
                           "Share of seeds whose prediction is correct at each position, and the attention weight the last "
                           "query (x4 = 1000) puts on itself, mean over heads, mean [95% interval] over seeds.", "", table]
         else:
+            grid = results.summary[task][config["scoring"][0]]["grid"]
+            protocol = ("the authors' protocol: " + f"{ev['linear_functions']} functions applied to the same "
+                        f"{ev['batch_size']} x-sequences per cell" if ev.get("linear_protocol") == "paper"
+                        else "one function per prompt")
+            lines += ["", f"Test prompts: {grid['length']} points, {protocol}; MSE over positions >= {ev['from_position']}."]
             lines += [""] + [p + "\n" for p in _linear_tables(results, task)]
+            lines += _paired_section(results, task, alpha)
     plots = results.files.get("plots", [])
     if plots:
         lines += ["", "## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def _paired_section(results, task: str, alpha: float) -> list[str]:
+    comparisons = (getattr(results, "paired", None) or {}).get("tasks", {}).get(task, [])
+    lines = []
+    for entry in comparisons:
+        lines += ["", f"### Paired by seed: {entry['a']} - {entry['b']} (seeds {entry['seeds']})", "",
+                  ("MSE difference" if task == "linear" else "Sequence-error difference in percentage points")
+                  + "; negative: " + entry["a"] + " lower (better).", "", paired_table(entry, alpha)]
+    return lines
+
+
+def _temperature_note(results) -> list[str]:
+    """State the temperature of a `temperature` arm, and whether it matches SSA's initial slope 1 / (n0 b0)."""
+    runs = [r for r in results.runs if r["scoring"] == "temperature"]
+    if not runs:
+        return []
+    values = runs[0]["train"].get("scoring_parameters") or {}
+    t = next((v["t"][0] for v in values.values() if isinstance(v, dict) and v.get("t")), None)
+    options = results.config["model"].get("scoring_options") or {}
+    b0, n0 = options.get("ssa_b_init", 1.0), options.get("ssa_n_init", 1.5)
+    note = (f"The `temperature` arm is softmax(s / t) with t fixed at {t:.4g}" if t is not None else "The `temperature` arm is softmax(s / t)")
+    matched = 1 / (n0 * b0)
+    note += (f"; SSA starts from b0 = {b0:g}, n0 = {n0:g}, where it behaves like softmax at temperature 1 / (n0 b0) = "
+             f"{matched:.4g} for small scores")
+    if t is not None and abs(t - matched) <= 1e-4 * matched:
+        note += ", so this arm is the temperature-matched softmax control."
+    else:
+        note += ": this arm is **not** temperature-matched to SSA."
+    return ["", note]
 
 
 def write_report(results, out: OutputDir) -> Path:

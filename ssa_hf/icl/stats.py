@@ -1,10 +1,24 @@
-"""Mean and Student-t confidence interval across seeds (no scipy needed: the t distribution for integer degrees of
-freedom has a closed-form CDF, inverted here by bisection)."""
+"""Statistics across seeds: Student-t intervals of one arm, and paired comparisons of two arms.
+
+Two scoring functions run with the same seed share the initial weights, the training prompts and the test prompts,
+so every comparison is paired by seed: the per-seed differences a_k - b_k, a paired bootstrap interval of their
+mean, and two exact tests of "no difference" (Wilcoxon signed-rank and sign test). Exact p-values are computed
+here (no scipy needed): the sign test from the binomial distribution, the signed-rank test from the exact
+distribution of the signed-rank sum under random signs, counted by dynamic programming (exact with tied
+magnitudes too, by conditioning on the observed midranks). Zero differences are dropped (Wilcoxon's convention,
+also scipy's default `zero_method="wilcox"`).
+
+The t distribution for integer degrees of freedom has a closed-form CDF, inverted here by bisection.
+"""
 
 from __future__ import annotations
 
 import math
 from typing import Sequence
+
+# differences are compared after rounding to this many significant digits, so that a mean of equal error rates
+# computed in a different order still counts as a tie (and as zero)
+_DIGITS = 12
 
 
 def t_cdf(t: float, df: int) -> float:
@@ -80,3 +94,267 @@ def separated(a: dict, b: dict) -> int:
     if a["low"] > b["high"]:
         return 1
     return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# Paired comparisons
+# --------------------------------------------------------------------------------------------------
+
+
+def _rounded(value: float) -> float:
+    return float(f"{value:.{_DIGITS}g}")
+
+
+def paired_differences(a: Sequence[float], b: Sequence[float]) -> list[float]:
+    """a_k - b_k for each seed k (both sequences in the same seed order)."""
+    if len(a) != len(b):
+        raise ValueError(f"paired values need the same number of seeds, got {len(a)} and {len(b)}")
+    if not a:
+        raise ValueError("paired values need at least one seed")
+    return [_rounded(float(x) - float(y)) for x, y in zip(a, b)]
+
+
+def sign_test(differences: Sequence[float]) -> dict:
+    """Exact two-sided sign test of median 0: {"n", "positive", "negative", "zeros", "p"} (zeros dropped)."""
+    positive = sum(d > 0 for d in differences)
+    negative = sum(d < 0 for d in differences)
+    n = positive + negative
+    if n == 0:
+        return {"n": 0, "positive": 0, "negative": 0, "zeros": len(differences), "p": 1.0}
+    k = min(positive, negative)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    return {"n": n, "positive": positive, "negative": negative, "zeros": len(differences) - n, "p": min(1.0, 2 * tail)}
+
+
+def _midranks(values: Sequence[float]) -> list[float]:
+    """Ranks 1..n of `values` with tied values given the mean of their ranks."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for i in order[start : end + 1]:
+            ranks[i] = (start + end) / 2 + 1
+        start = end + 1
+    return ranks
+
+
+def signed_rank_distribution(doubled_ranks: Sequence[int]) -> list[int]:
+    """counts[s]: how many of the 2^n sign assignments give a positive-rank sum of s / 2 (ranks given doubled,
+    so that midranks are integers)."""
+    counts = [1] + [0] * sum(doubled_ranks)
+    top = 0
+    for r in doubled_ranks:
+        for s in range(top, -1, -1):
+            if counts[s]:
+                counts[s + r] += counts[s]
+        top += r
+    return counts
+
+
+def wilcoxon_signed_rank(differences: Sequence[float]) -> dict:
+    """Exact two-sided Wilcoxon signed-rank test of "the differences are symmetric about 0".
+
+    Returns {"n" (non-zero differences), "zeros", "w_plus", "w_minus", "p"}. Zeros are dropped; tied magnitudes
+    get midranks and the null distribution is the exact one of those midranks under random signs.
+    """
+    nonzero = [d for d in differences if d != 0]
+    zeros = len(differences) - len(nonzero)
+    if not nonzero:
+        return {"n": 0, "zeros": zeros, "w_plus": 0.0, "w_minus": 0.0, "p": 1.0}
+    ranks = _midranks([abs(d) for d in nonzero])
+    doubled = [round(2 * r) for r in ranks]
+    w_plus2 = sum(r for r, d in zip(doubled, nonzero) if d > 0)
+    counts = signed_rank_distribution(doubled)
+    total = 2 ** len(nonzero)
+    lower = sum(counts[: w_plus2 + 1]) / total
+    upper = sum(counts[w_plus2:]) / total
+    return {
+        "n": len(nonzero),
+        "zeros": zeros,
+        "w_plus": w_plus2 / 2,
+        "w_minus": sum(doubled) / 2 - w_plus2 / 2,
+        "p": min(1.0, 2 * min(lower, upper)),
+    }
+
+
+def paired_bootstrap(differences: Sequence[float], level: float = 0.95, resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """Percentile interval at `level` of the mean difference, resampling seeds (pairs) with replacement.
+
+    Deterministic for a given `seed`: the same resampled seed indices are used for every comparison of the same
+    size (common random numbers), so intervals of different cells are comparable.
+    """
+    import torch
+
+    values = torch.tensor([float(d) for d in differences], dtype=torch.float64)
+    n = values.numel()
+    if n == 0:
+        raise ValueError("paired_bootstrap needs at least one difference")
+    if not 0 < level < 1 or resamples < 1:
+        raise ValueError(f"need 0 < level < 1 and resamples >= 1, got {level}, {resamples}")
+    generator = torch.Generator().manual_seed(int(seed))
+    index = torch.randint(0, n, (int(resamples), n), generator=generator)
+    means = values[index].mean(-1).sort().values
+    alpha = (1 - level) / 2
+    low = means[max(0, math.floor(alpha * resamples))]
+    high = means[min(resamples - 1, math.ceil((1 - alpha) * resamples) - 1)]
+    return float(low), float(high)
+
+
+def compare_paired(a: Sequence[float], b: Sequence[float], level: float = 0.95, resamples: int = 10_000, seed: int = 0) -> dict:
+    """Everything about one paired comparison a - b across seeds (lower is better for every ICL metric)."""
+    differences = paired_differences(a, b)
+    low, high = paired_bootstrap(differences, level, resamples, seed)
+    wilcoxon = wilcoxon_signed_rank(differences)
+    sign = sign_test(differences)
+    return {
+        "a": [float(x) for x in a],
+        "b": [float(y) for y in b],
+        "differences": differences,
+        "mean_a": sum(map(float, a)) / len(a),
+        "mean_b": sum(map(float, b)) / len(b),
+        "mean_difference": sum(differences) / len(differences),
+        "low": low,
+        "high": high,
+        "level": level,
+        "seeds": len(differences),
+        "lower": sign["negative"],  # seeds where a < b
+        "higher": sign["positive"],
+        "ties": sign["zeros"],
+        "wilcoxon_p": wilcoxon["p"],
+        "w_plus": wilcoxon["w_plus"],
+        "w_minus": wilcoxon["w_minus"],
+        "sign_p": sign["p"],
+    }
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (same order as given): controls the family-wise error rate."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def smallest_p(seeds: int) -> float:
+    """The smallest two-sided p-value an exact sign or signed-rank test can give with `seeds` pairs: 2 / 2^n."""
+    return min(1.0, 2.0 / 2**seeds)
+
+
+# --------------------------------------------------------------------------------------------------
+# The ICL experiment's comparisons: every pair of scoring functions, every cell, and the primary endpoint
+# --------------------------------------------------------------------------------------------------
+
+QUANTIFIER_CELLS = (("sigma_sweep", "standard"), ("sigma_sweep", "balanced"), ("length_sweep", "standard"), ("length_sweep", "balanced"))
+
+
+def _by_seed(runs: list[dict], task: str, scoring: str) -> dict[int, dict]:
+    return {r["seed"]: r["eval"] for r in runs if r["task"] == task and r["scoring"] == scoring}
+
+
+def _cells(evaluation: dict, task_is_quantifier: bool) -> list[tuple[dict, float]]:
+    """(description, value) of every secondary cell of one run's evaluation, in a fixed order."""
+    out = []
+    if not task_is_quantifier:
+        grid = evaluation["grid"]
+        for r, sx in enumerate(grid["sigmas_x"]):
+            for c, sab in enumerate(grid["sigmas_ab"]):
+                out.append(({"sweep": "grid", "metric": "mse", "sigma_x": sx, "sigma_ab": sab}, grid["mse"][r][c]))
+        return out
+    for sweep, test_set in QUANTIFIER_CELLS:
+        if test_set not in evaluation[sweep]:
+            continue
+        for value, cell in zip(evaluation[sweep]["values"], evaluation[sweep][test_set]):
+            out.append(({"sweep": sweep, "test_set": test_set, "metric": "sequence_error", "value": value}, cell["sequence_error"]))
+    return out
+
+
+def endpoint_value(evaluation: dict, primary) -> float:
+    """One run's value of the declared endpoint: the mean of the metric over the selected cells."""
+    def inside(v: float) -> bool:
+        return v >= primary.min_value and (primary.max_value is None or v <= primary.max_value)
+
+    if primary.sweep == "grid":
+        grid = evaluation["grid"]
+        values = [m for sx, row in zip(grid["sigmas_x"], grid["mse"]) if inside(sx) for m in row]
+    else:
+        sweep = evaluation[primary.sweep]
+        values = [cell[primary.metric] for v, cell in zip(sweep["values"], sweep[primary.test_set]) if inside(v)]
+    if not values:
+        raise ValueError(f"the primary endpoint selects no cell of this evaluation ({primary.describe()})")
+    return sum(values) / len(values)
+
+
+def _pair(runs, task, a, b):
+    first, second = _by_seed(runs, task, a), _by_seed(runs, task, b)
+    seeds = sorted(set(first) & set(second))
+    return seeds, [first[s] for s in seeds], [second[s] for s in seeds]
+
+
+def paired_comparisons(config, runs: list[dict]) -> dict:
+    """{"primary": ..., "tasks": {task: [comparison, ...]}}: every comparison paired by seed (see module doc).
+
+    `config` is an ICLConfig; `runs` the runs' results (each with task, scoring, seed, eval).
+    """
+    from .tasks import is_quantifier
+
+    stats = config.stats
+    options = {"level": stats.level, "resamples": stats.bootstrap_resamples, "seed": stats.bootstrap_seed}
+    out: dict = {"primary": None, "tasks": {}, "level": stats.level}
+    for task in config.tasks:
+        comparisons = []
+        for a, b in stats.pairs(config.scoring):
+            seeds, evals_a, evals_b = _pair(runs, task, a, b)
+            if not seeds:
+                continue
+            cells_a = [_cells(e, is_quantifier(task)) for e in evals_a]
+            cells_b = [_cells(e, is_quantifier(task)) for e in evals_b]
+            cells = []
+            for i, (where, _) in enumerate(cells_a[0]):
+                result = compare_paired([c[i][1] for c in cells_a], [c[i][1] for c in cells_b], **options)
+                cells.append({**where, **result})
+            entry = {"a": a, "b": b, "seeds": seeds, "cells": cells}
+            primary = stats.primary
+            if primary is not None and primary.task == task and stats.primary_applies(config.scoring, config.tasks) is None:
+                entry["endpoint"] = compare_paired([endpoint_value(e, primary) for e in evals_a],
+                                                   [endpoint_value(e, primary) for e in evals_b], **options)
+            comparisons.append(entry)
+        # the secondary family: every cell of every comparison of this task
+        family = [cell for entry in comparisons for cell in entry["cells"]]
+        for cell, adjusted in zip(family, holm([c["wilcoxon_p"] for c in family])):
+            cell["holm_p"] = adjusted
+        out["tasks"][task] = comparisons
+    reason = stats.primary_applies(config.scoring, config.tasks)
+    out["primary"] = _primary(stats.primary, runs, options) if reason is None else {"skipped": reason}
+    return out
+
+
+def _primary(primary, runs, options) -> dict:
+    seeds, evals_t, evals_c = _pair(runs, primary.task, primary.treatment, primary.control)
+    if not seeds:
+        raise ValueError(f"no seed has runs of both {primary.treatment} and {primary.control} on {primary.task!r}")
+    result = compare_paired([endpoint_value(e, primary) for e in evals_t], [endpoint_value(e, primary) for e in evals_c], **options)
+    p = result["wilcoxon_p"] if primary.test == "wilcoxon" else result["sign_p"]
+    significant = p < primary.alpha
+    direction = "none"
+    if significant:  # the side the test rejected on: ranks (Wilcoxon) or counts (sign test) of the negative differences
+        below = result["w_minus"] > result["w_plus"] if primary.test == "wilcoxon" else result["lower"] > result["higher"]
+        direction = "lower" if below else "higher"
+    return {
+        **result,
+        "declared": {k: getattr(primary, k) for k in primary.__dataclass_fields__},
+        "description": primary.describe(),
+        "seed_list": seeds,
+        "test": primary.test,
+        "p": p,
+        "alpha": primary.alpha,
+        "significant": significant,
+        "direction": direction,
+        "smallest_possible_p": smallest_p(result["seeds"]),
+    }

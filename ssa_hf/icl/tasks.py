@@ -113,6 +113,22 @@ def sample_standard(
     return Prompts(task, xs, quantifier_labels(xs, task))
 
 
+def sample_linear_shared_inputs(
+    inputs: int, functions: int, points: int, sigma_x: float, sigma_ab: float, generator: torch.Generator | None = None
+) -> Prompts:
+    """`functions` lines a x + b (a, b ~ N(0, sigma_ab)), each applied to the same `inputs` x-sequences
+    (x ~ N(0, sigma_x)): functions x inputs prompts, function by function (the authors' linear test protocol)."""
+    _check_sizes(inputs, points, sigma_x)
+    if functions < 1 or not sigma_ab > 0:
+        raise ValueError(f"need functions >= 1 and sigma_ab > 0, got {functions}, {sigma_ab}")
+    xs = _normal((inputs, points), sigma_x, generator)
+    a = _normal((functions, 1), sigma_ab, generator)
+    b = _normal((functions, 1), sigma_ab, generator)
+    xs_all = xs.repeat(functions, 1)
+    a_all, b_all = a.repeat_interleave(inputs, 0), b.repeat_interleave(inputs, 0)
+    return Prompts("linear", xs_all, a_all * xs_all + b_all, a_all.squeeze(-1), b_all.squeeze(-1))
+
+
 def sample_balanced(
     task: str, batch: int, points: int, sigma: float = 1.0, generator: torch.Generator | None = None
 ) -> Prompts:

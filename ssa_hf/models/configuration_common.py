@@ -32,19 +32,25 @@ SCORING_CONFIG_DOC = r"""
             Whether b is trained (else a fixed buffer).
         ssa_learn_n (`bool`, *optional*, defaults to `True`):
             Whether n is trained (else a fixed buffer).
-        temperature_init (`float`, *optional*, defaults to 1.0):
-            Temperature t of `attention_scoring="temperature"` (softmax(s / t)), in [1e-4, 1e4].
+        temperature_init (`float`, *optional*):
+            Temperature t of `attention_scoring="temperature"` (softmax(s / t)); in [1e-4, 1e4]. Unset: matched to SSA's
+            initial slope, t = 1 / (ssa_n_init * ssa_b_init) (2/3 with the defaults), the temperature at which
+            softmax equals SSA for small scores; never 1 by default (that would be `softmax`).
         temperature_learnable (`bool`, *optional*, defaults to `False`):
             Whether t is trained.
         ssmax_s_init (`float`, *optional*, defaults to 0.43):
             Initial scale s of `attention_scoring="ssmax"` (softmax(s log(N) x)); learned, in [1e-4, 1e4].
-        entmax_alpha_init (`float`, *optional*, defaults to 1.5):
-            alpha of `attention_scoring="entmax_alpha"`, in (1, 2].
+        entmax_alpha_init (`float`, *optional*):
+            alpha of `attention_scoring="entmax_alpha"`, in (1, 2]; required by it (no default: 1.5 is `entmax15`
+            and 2 is `sparsemax`).
         entmax_alpha_learnable (`bool`, *optional*, defaults to `False`):
             Whether alpha is trained (kept in (1, 2]).
         cosformer_length (`float`, *optional*):
             CosFormer's length scale m in cos(pi/2 * (i - j) / m), fixed; defaults to `max_position_embeddings`.
             Longer inputs are refused (the re-weighting would turn negative).
+        sigmoid_length (`float`, *optional*):
+            n in the bias -log(n) of `attention_scoring="sigmoid"` (Ramapuram et al. 2024: one sequence length for
+            every row, causal rows included); defaults to `max_position_embeddings`. Set it to the training length.
 
         Every numeric field must be a finite number in its range (the positive ones are bounded so that they
         survive a cast of the model to float16); the config raises a `ValueError` naming the field and the range.
@@ -62,12 +68,13 @@ class ScoringConfigMixin:
     ssa_n_init: float | int = 1.5
     ssa_learn_b: bool = True
     ssa_learn_n: bool = True
-    temperature_init: float | int = 1.0
+    temperature_init: float | int | None = None
     temperature_learnable: bool = False
     ssmax_s_init: float | int = 0.43
-    entmax_alpha_init: float | int = 1.5
+    entmax_alpha_init: float | int | None = None
     entmax_alpha_learnable: bool = False
     cosformer_length: float | int | None = None
+    sigmoid_length: float | int | None = None
 
     def scoring_per_head(self) -> list[str]:
         """The scoring function of each attention head."""

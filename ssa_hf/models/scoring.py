@@ -130,11 +130,22 @@ def _softmax1_weights(scores: Tensor, mask: Tensor | None, params: Params) -> Te
     return _finish(exp / (torch.exp(-shift) + exp.sum(-1, keepdim=True)), mask)
 
 
+def _sigmoid_length(scores: Tensor, params: Params) -> Tensor:
+    """The n of sigmoid attention's bias -log(n) (Ramapuram et al. 2024): one sequence length for every row.
+
+    Their bias is a single constant per model, -log of the sequence length, also for causal rows (not the row's
+    own key count). Models pass it as the fixed parameter `length` (`sigmoid_length`, default
+    max_position_embeddings); without it, the number of keys of the call, Lk.
+    """
+    if "length" in params:
+        return _per_head(params["length"], scores)
+    return torch.tensor(float(scores.shape[-1]), dtype=scores.dtype, device=scores.device)
+
+
 def _sigmoid_weights(scores: Tensor, mask: Tensor | None, params: Params) -> Tensor:
-    # sigmoid(x - log N): each weight on its own, no normalisation.
+    # sigmoid(x - log n): each weight on its own, no normalisation.
     mask = _full_mask(scores, mask)
-    log_n = torch.log(_row_count(scores, mask).clamp_min(1.0))
-    return _finish(torch.sigmoid(scores - log_n), mask)
+    return _finish(torch.sigmoid(scores - torch.log(_sigmoid_length(scores, params))), mask)
 
 
 def _softpick_weights(scores: Tensor, mask: Tensor | None, params: Params, eps: float = 1e-6) -> Tensor:
@@ -255,8 +266,14 @@ def _ref_softmax1_row(x: Tensor, p: Params) -> Tensor:
     return e / (math.exp(-m) + e.sum())
 
 
-def _ref_sigmoid_row(x: Tensor, p: Params) -> Tensor:
-    return 1.0 / (1.0 + torch.exp(-(x - math.log(x.numel()))))
+def _ref_sigmoid(scores: Tensor, mask: Tensor | None, params: Params) -> Tensor:
+    # elementwise: 1 / (1 + e^-(x - log n)) with n the sequence length (not the row's key count), masked entries 0
+    scores = scores.double()
+    length = params.get("length", scores.shape[-1])
+    length = torch.as_tensor(length, dtype=torch.float64)
+    length = length.reshape(-1, 1, 1) if length.dim() else length
+    out = 1.0 / (1.0 + torch.exp(-(scores - torch.log(length))))
+    return out if mask is None else torch.where(mask.expand_as(out), out, torch.zeros((), dtype=out.dtype))
 
 
 def _ref_softpick_row(x: Tensor, p: Params) -> Tensor:
@@ -354,7 +371,13 @@ SCORING_FUNCTIONS: dict[str, ScoringFunction] = {
             normalised=False,
             extra_zero_logit=True,
         ),
-        _entry("sigmoid", "sigmoid(x - log N), unnormalised", _sigmoid_weights, _ref_sigmoid_row, normalised=False),
+        ScoringFunction(
+            name="sigmoid",
+            description="sigmoid(x - log n), n the sequence length (Ramapuram et al. 2024), unnormalised",
+            weights=_sigmoid_weights,
+            reference=_ref_sigmoid,
+            normalised=False,
+        ),
         _entry("softpick", "relu(e^x - 1) / sum |e^x - 1|", _softpick_weights, _ref_softpick_row, normalised=False),
         _entry("sa_softmax", "SA-Softmax: x * softmax(x)", _sa_softmax_weights, _ref_sa_softmax_row, normalised=False),
         _entry("sparsemax", "sparsemax (Euclidean projection onto the simplex)", _sparsemax_weights, _ref_sparsemax_row),
@@ -478,9 +501,13 @@ PARAMETER_LIMITS = (1e-4, 1e4)
 SCORING_FIELD_RULES = (
     FieldRule("ssa_b_init", *PARAMETER_LIMITS),
     FieldRule("ssa_n_init", 1.0, PARAMETER_LIMITS[1]),
-    FieldRule("temperature_init", *PARAMETER_LIMITS),
+    # None: matched to SSA's initial slope, 1 / (ssa_n_init * ssa_b_init) (see ScoringOptions.temperature)
+    FieldRule("temperature_init", *PARAMETER_LIMITS, optional=True),
     FieldRule("ssmax_s_init", *PARAMETER_LIMITS),
-    FieldRule("entmax_alpha_init", 1.0, 2.0, low_open=True),
+    # no default: 1.5 would be entmax15 and 2 sparsemax (entmax_alpha refuses to build without it)
+    FieldRule("entmax_alpha_init", 1.0, 2.0, low_open=True, optional=True),
+    # n of sigmoid attention's bias -log(n): a sequence length
+    FieldRule("sigmoid_length", 1.0, math.inf, optional=True),
     # CosFormer's length scale m: a position count, kept in float32 by the linear kernels
     FieldRule("cosformer_length", 0.0, math.inf, low_open=True, optional=True),
 )
@@ -496,11 +523,16 @@ class ScoringOptions:
     ssa_n_init: float = 1.5
     ssa_learn_b: bool = True
     ssa_learn_n: bool = True
-    temperature_init: float = 1.0
+    # None: matched to SSA's initial slope, t = 1 / (ssa_n_init * ssa_b_init) (2/3 with the defaults); never 1
+    # by default, which would make `temperature` a copy of `softmax`
+    temperature_init: float | None = None
     temperature_learnable: bool = False
     ssmax_s_init: float = 0.43
-    entmax_alpha_init: float = 1.5
+    # required by `entmax_alpha` (no default: 1.5 is `entmax15` and 2 is `sparsemax`, which have their own names)
+    entmax_alpha_init: float | None = None
     entmax_alpha_learnable: bool = False
+    # sigmoid attention's n in the bias -log(n); None: the config's max_position_embeddings (see from_config)
+    sigmoid_length: float | None = None
     # CosFormer's length scale m (fixed); None: the config's max_position_embeddings (see from_config)
     cosformer_length: float | None = None
     extra: dict = field(default_factory=dict)
@@ -509,9 +541,18 @@ class ScoringOptions:
     def from_config(cls, config) -> "ScoringOptions":
         names = [f for f in cls.__dataclass_fields__ if f != "extra"]
         options = cls(**{k: getattr(config, k) for k in names if hasattr(config, k)})
-        if options.cosformer_length is None and getattr(config, "max_position_embeddings", None):
-            options.cosformer_length = float(config.max_position_embeddings)
+        if getattr(config, "max_position_embeddings", None):
+            if options.cosformer_length is None:
+                options.cosformer_length = float(config.max_position_embeddings)
+            if options.sigmoid_length is None:
+                options.sigmoid_length = float(config.max_position_embeddings)
         return options
+
+    def temperature(self) -> float:
+        """The temperature of `temperature`: temperature_init, or SSA's matched 1 / (ssa_n_init * ssa_b_init)."""
+        if self.temperature_init is not None:
+            return float(self.temperature_init)
+        return 1.0 / (self.ssa_n_init * self.ssa_b_init)
 
     def validate(self) -> None:
         """Raise ValueError naming the first field outside its declared range (`SCORING_FIELD_RULES`)."""
@@ -552,20 +593,28 @@ class ScoringParameters(ScoringModule):
             self.params["b"] = ConstrainedParameter(options.ssa_b_init, size, num_heads, options.ssa_learn_b, p, floor=0.0)
             self.params["n"] = ConstrainedParameter(options.ssa_n_init, size, num_heads, options.ssa_learn_n, p, floor=1.0)
         elif scoring == "temperature":
-            self.params["t"] = ConstrainedParameter(options.temperature_init, size, num_heads, options.temperature_learnable, "softplus")
+            if options.temperature_init is None and options.temperature() == 1.0:
+                raise ValueError("temperature_init is unset and 1 / (ssa_n_init * ssa_b_init) = 1, which would make "
+                                 "`temperature` plain softmax: set temperature_init")
+            self.params["t"] = ConstrainedParameter(options.temperature(), size, num_heads, options.temperature_learnable, "softplus")
         elif scoring == "ssmax":
             self.params["s"] = ConstrainedParameter(options.ssmax_s_init, size, num_heads, True, "softplus")
         elif scoring == "cosformer":
             if options.cosformer_length is None:
                 raise ValueError("cosformer needs cosformer_length (its length scale m; models default it to max_position_embeddings)")
             self.params["m"] = ConstrainedParameter(options.cosformer_length, size, num_heads, False, "softplus")
+        elif scoring == "sigmoid" and options.sigmoid_length is not None:
+            self.params["length"] = ConstrainedParameter(options.sigmoid_length, size, num_heads, False, "softplus")
         elif scoring == "entmax_alpha":
+            if options.entmax_alpha_init is None:
+                raise ValueError("attention_scoring='entmax_alpha' needs entmax_alpha_init in (1, 2] (there is no default: "
+                                 "1.5 is `entmax15` and 2 is `sparsemax`, which have their own names)")
             self.params["alpha"] = ConstrainedParameter(options.entmax_alpha_init, size, num_heads, options.entmax_alpha_learnable, "softplus", floor=1.0)
 
     def initial_values(self) -> dict[str, float]:
         o = self.options
-        return {"b": o.ssa_b_init, "n": o.ssa_n_init, "t": o.temperature_init, "s": o.ssmax_s_init, "alpha": o.entmax_alpha_init,
-                "m": o.cosformer_length}
+        return {"b": o.ssa_b_init, "n": o.ssa_n_init, "t": o.temperature(), "s": o.ssmax_s_init, "alpha": o.entmax_alpha_init,
+                "m": o.cosformer_length, "length": o.sigmoid_length}
 
     def reset_parameters(self) -> None:
         init = self.initial_values()

@@ -81,9 +81,20 @@ def test_loglik_is_the_sentence_log_likelihood_after_bos(clm):
     assert got == pytest.approx(expected, abs=1e-4)
 
 
-def test_pair_accuracy_counts_ties_as_wrong():
-    result = pair_accuracy([1.0, 2.0, 3.0, 0.0], [2.0, 1.0, 3.0, 5.0])
-    assert result == {"accuracy": 0.5, "correct": 2, "ties": 1, "n": 4}
+def test_pair_accuracy_ties_wrong_or_broken_at_random():
+    bad, good = [1.0, 2.0, 3.0, 0.0], [2.0, 1.0, 3.0, 5.0]
+    wrong = pair_accuracy(bad, good, ties="wrong")
+    assert wrong == {"accuracy": 0.5, "correct": 2, "ties": 1, "ties_won": 0, "accuracy_ties_wrong": 0.5, "tie_rule": "wrong", "n": 4}
+    # 1,000 tied pairs: a fair coin per tie, reproducible for a seed, different across seeds
+    tied = pair_accuracy([0.0] * 1000, [0.0] * 1000, seed=1)
+    assert tied["ties"] == 1000 and tied["correct"] == 0 and tied["accuracy_ties_wrong"] == 0.0
+    assert 0.45 < tied["accuracy"] < 0.55 and tied["accuracy"] == tied["ties_won"] / 1000
+    assert tied == pair_accuracy([0.0] * 1000, [0.0] * 1000, seed=1)
+    assert tied["ties_won"] != pair_accuracy([0.0] * 1000, [0.0] * 1000, seed=2)["ties_won"]
+    # untied pairs are never changed by the tie rule
+    assert pair_accuracy(bad, good, seed=5)["accuracy"] in (0.5, 0.75)
+    with pytest.raises(ValueError, match="ties must be"):
+        pair_accuracy(bad, good, ties="half")
 
 
 # -------------------------------------------------------------------------------------------------- data

@@ -22,6 +22,7 @@ def tiny_config():
                       "curriculum": {"start": 5, "end": 7, "increment": 2, "interval": 1}},
             "eval": {"sigmas": [1, 8], "lengths": [6, 12], "batches": 1, "batch_size": 8,
                      "linear_sigmas_x": [1, 2], "linear_sigmas_ab": [1, 3]},
+            "stats": {"primary": {"min_value": 8}, "bootstrap_resamples": 500},
             "threads": 1,
         }
     )

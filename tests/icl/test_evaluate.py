@@ -130,3 +130,23 @@ def test_mean_ci():
     assert separated(mean_ci([0.0, 0.5, 1.0]), mean_ci([0.4, 0.5, 0.6])) == 0
     with pytest.raises(ValueError):
         mean_ci([])
+
+
+def test_linear_paper_protocol_applies_each_function_to_the_same_inputs():
+    from ssa_hf.icl.evaluate import linear_paper_prompts, zero_baseline
+
+    cfg = EvalConfig(batch_size=8, linear_protocol="paper", linear_points=9, linear_functions=5,
+                     linear_sigmas_x=[1, 10], linear_sigmas_ab=[2])
+    prompts = linear_paper_prompts(10, 2, cfg)
+    assert prompts.xs.shape == (40, 9)
+    blocks = prompts.xs.reshape(5, 8, 9)
+    assert torch.equal(blocks[0], blocks[4]), "every function sees the same 8 x-sequences"
+    assert torch.equal(prompts.a.reshape(5, 8), prompts.a.reshape(5, 8)[:, :1].expand(5, 8)), "one (a, b) per block of 8"
+    torch.testing.assert_close(prompts.ys, prompts.a[:, None] * prompts.xs + prompts.b[:, None])
+    assert torch.equal(linear_paper_prompts(10, 2, cfg).xs, prompts.xs)  # the same prompts for every model
+    # the grid is scored at 9 points on 5 x 8 prompts; the zero baseline's MSE there is the mean of y^2, positions >= 4
+    result = evaluate_task("linear", zero_baseline, cfg, length=41)
+    grid = result["grid"]
+    assert (grid["length"], grid["protocol"], grid["prompts_per_cell"]) == (9, "paper", 40)
+    expected = float((prompts.ys.double()[:, 3:] ** 2).mean())
+    assert grid["mse"][1][0] == pytest.approx(expected)

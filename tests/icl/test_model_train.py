@@ -135,5 +135,6 @@ def test_paper_model_size():
     config = preset("paper").model
     model = ICLModel(config)
     assert len(model.backbone.layers) == 12 and model.backbone.config.num_attention_heads == 8
-    per_layer = 4 * 256 * 256 + 3 * 256 * 1024 + 2 * 256 + 2 * 8  # attention, MLP, norms, SSA b and n per head
+    # attention, MLP, norms, SSA's b and n (the authors' setting: one pair per layer)
+    per_layer = 4 * 256 * 256 + 3 * 256 * 1024 + 2 * 256 + 2
     assert sum(p.numel() for p in model.parameters()) == 12 * per_layer + 256 + 256 + (2 * 256 + 256) + (256 + 1)

@@ -64,12 +64,37 @@ def test_yaml_presets_match(name):
 
 def test_presets():
     quick, paper = preset("quick"), preset("paper")
-    assert (quick.tasks, quick.scoring, quick.seeds) == (["every"], ["softmax", "ssa"], [0, 1, 2, 3, 4])
+    assert (quick.tasks, quick.scoring, quick.seeds) == (["every"], ["softmax", "ssa", "temperature"], list(range(10)))
+    assert (quick.stats.primary.treatment, quick.stats.primary.control, quick.stats.primary.min_value) == ("ssa", "softmax", 12)
     assert (quick.model.layers, quick.model.heads, quick.model.width) == (2, 4, 64)
     assert (paper.model.layers, paper.model.heads, paper.model.width, paper.train.steps) == (12, 8, 256, 500_000)
     c = paper.train.curriculum
     assert (c.start, c.end, c.increment, c.interval) == (11, 41, 2, 2000)
     assert paper.eval.sigmas == list(range(1, 30)) and paper.eval.lengths[0] == 10 and paper.eval.lengths[-1] == 200
+
+
+def test_paper_preset_uses_the_authors_ssa_setting():
+    """One definition of "the paper's SSA" for the ICL models: the ICL paper preset equals configs/models/icl_paper."""
+    from ssa_hf.icl.model import ICLModelConfig
+    from ssa_hf.presets import load_model_config
+
+    model = load_model_config("icl_paper")
+    options = preset("paper").model.scoring_options
+    assert options == {name: getattr(model, name) for name in options}
+    assert (options["ssa_parametrization"], options["ssa_granularity"]) == ("exp", "layer")
+    backbone = ICLModelConfig(layers=1, heads=2, width=16, scoring_options=options).backbone_config()
+    assert backbone.ssa_b_init == model.ssa_b_init and backbone.ssa_n_init == model.ssa_n_init
+
+
+def test_quick_preset_temperature_arm_is_matched_to_ssa():
+    from ssa_hf.icl.model import ICLModel
+
+    quick = preset("quick")
+    quick.model.scoring = "temperature"
+    params = ICLModel(quick.model).scoring_parameters()
+    ts = [value for layer in params.values() for value in layer["t"]]
+    options = quick.model.backbone_config().scoring_options()
+    assert ts and all(abs(t - 1 / (options.ssa_n_init * options.ssa_b_init)) < 1e-6 for t in ts)
 
 
 @pytest.mark.parametrize(
