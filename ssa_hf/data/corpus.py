@@ -5,9 +5,11 @@
   documents are packed together; what is left over at the end of such a group (less than one block) is dropped,
   the same way for map-style and streamed data.
 - Masked LM, as BabyBERTa: one document (one sentence / utterance) per input, wrapped as `<s> ... </s>` and
-  truncated to `max_length` tokens, padded per batch. `mlm_probability` of the ordinary tokens are selected and
-  every selected token is replaced by `<mask>` (no 80/10/10 keep/random split); a sentence in which nothing was
-  selected gets one selected token, so that every input contributes to the loss.
+  truncated to `max_length` tokens, padded per batch. `mlm_probability` of the ordinary tokens are selected for
+  prediction; of those, `mask_replace_prob` become `<mask>`, `random_replace_prob` become a random other ordinary
+  token and the rest stay as they are (the names and meaning of transformers' DataCollatorForLanguageModeling).
+  BabyBERTa: 0.15 / 0.9 / 0.1 (never left unchanged); BERT and the authors' HF run: 0.15 / 0.8 / 0.1. A sentence in
+  which nothing was selected gets one selected token, so that every input contributes to the loss.
 - A held-out validation set: a separate source, or `validation_documents` documents held out of the training
   source (a seeded random choice for map-style data, the first documents of a stream).
 - Batches come from a `BatchStream` whose position (`state_dict`) is saved in checkpoints: map-style data is read
@@ -42,7 +44,10 @@ class DataConfig:
     validation_documents: size of the held-out set in documents (0: no validation).
     block_size: causal LM: tokens per packed block.
     max_length: masked LM: at most this many tokens per input, `<s>` and `</s>` included.
-    mlm_probability: masked LM: share of the ordinary tokens selected for prediction (all replaced by <mask>).
+    mlm_probability: masked LM: share of the ordinary tokens selected for prediction.
+    mask_replace_prob: masked LM: share of the selected tokens replaced by <mask> (transformers' name).
+    random_replace_prob: masked LM: share of the selected tokens replaced by a random other ordinary token; the
+        remaining 1 - mask_replace_prob - random_replace_prob are left unchanged (still predicted).
     shuffle: map-style data: read in a seeded random order, a new permutation every epoch.
     shuffle_buffer: streamed data: shuffle with a buffer of this many examples (0: stream order). A resumed run
         refills the buffer, so it continues with a different (still seeded) order; keep 0 for exact resumption.
@@ -57,6 +62,8 @@ class DataConfig:
     block_size: int = 1024
     max_length: int = 128
     mlm_probability: float = 0.15
+    mask_replace_prob: float = 1.0
+    random_replace_prob: float = 0.0
     shuffle: bool = True
     shuffle_buffer: int = 0
     pack_documents: int = 1000
@@ -78,6 +85,7 @@ class DataConfig:
                 raise ValueError(f"{where}.max_length must be >= 3 (<s>, a token, </s>), got {self.max_length}")
             if not 0.0 < self.mlm_probability < 1.0:
                 raise ValueError(f"{where}.mlm_probability must be in (0, 1), got {self.mlm_probability}")
+            check_replace_probs(self.mask_replace_prob, self.random_replace_prob, where)
         if self.shuffle_buffer < 0 or self.pack_documents < 1:
             raise ValueError(f"{where}.shuffle_buffer must be >= 0 and {where}.pack_documents >= 1")
 
@@ -148,16 +156,45 @@ def collate_causal(rows: list[list[int]]) -> dict[str, torch.Tensor]:
     return {"input_ids": input_ids, "labels": input_ids.clone()}
 
 
+def check_replace_probs(mask_replace_prob: float, random_replace_prob: float, where: str = "data") -> None:
+    """A ValueError unless both shares are in [0, 1] and together at most 1."""
+    for name, value in (("mask_replace_prob", mask_replace_prob), ("random_replace_prob", random_replace_prob)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"{where}.{name} must be a number in [0, 1], got {value!r}")
+    if mask_replace_prob + random_replace_prob > 1.0 + 1e-9:
+        raise ValueError(
+            f"{where}.mask_replace_prob + {where}.random_replace_prob must be <= 1 (the rest is left unchanged), got "
+            f"{mask_replace_prob} + {random_replace_prob}"
+        )
+
+
+def _random_other_tokens(original: torch.Tensor, ordinary_ids: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """For each token of `original`, a uniformly drawn ordinary token other than itself (when it is ordinary):
+    draw among all but one and step over the original's place in the sorted list."""
+    count = ordinary_ids.numel()
+    draw = torch.randint(0, count - 1, original.shape, generator=generator)
+    place = torch.searchsorted(ordinary_ids, original).clamp(max=count - 1)
+    is_ordinary = ordinary_ids[place] == original
+    return ordinary_ids[draw + (is_ordinary & (draw >= place)).long()]
+
+
 def mask_tokens(
     input_ids: torch.Tensor,
     maskable: torch.Tensor,
     mask_token_id: int,
     probability: float,
     generator: torch.Generator,
+    mask_replace_prob: float = 1.0,
+    random_replace_prob: float = 0.0,
+    ordinary_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """BabyBERTa masking: select `probability` of the maskable positions, replace every selected token by the mask
-    token. A row with maskable positions but no selection gets one (uniformly chosen). Returns (inputs, labels)
-    with labels -100 where nothing is predicted."""
+    """Select `probability` of the maskable positions for prediction (a row with maskable positions but no
+    selection gets one, uniformly chosen). Of the selected tokens, `mask_replace_prob` become the mask token,
+    `random_replace_prob` a random ordinary token other than the original (`ordinary_ids`: the sorted ids that may
+    be drawn, at least two) and the rest stay unchanged. Returns (inputs, labels) with labels -100 where nothing
+    is predicted. With the defaults (BabyBERTa without random tokens) every selected token becomes the mask token
+    and the generator is used exactly as before these options existed."""
+    check_replace_probs(mask_replace_prob, random_replace_prob, "mask_tokens")
     chance = torch.rand(input_ids.shape, generator=generator)
     selected = (chance < probability) & maskable
     empty = maskable.any(dim=1) & ~selected.any(dim=1)
@@ -166,19 +203,54 @@ def mask_tokens(
         rows = empty.nonzero(as_tuple=True)[0]
         selected[rows, pick[rows]] = True
     labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
-    inputs = torch.where(selected, torch.full_like(input_ids, mask_token_id), input_ids)
+    if mask_replace_prob >= 1.0:
+        inputs = torch.where(selected, torch.full_like(input_ids, mask_token_id), input_ids)
+        return inputs, labels
+    # one draw per position decides its fate: [0, m) mask, [m, m + r) random token, the rest unchanged
+    fate = torch.rand(input_ids.shape, generator=generator)
+    to_mask = selected & (fate < mask_replace_prob)
+    to_random = selected & ~to_mask & (fate < mask_replace_prob + random_replace_prob)
+    inputs = torch.where(to_mask, torch.full_like(input_ids, mask_token_id), input_ids)
+    if random_replace_prob > 0.0:
+        if ordinary_ids is None or ordinary_ids.numel() < 2:
+            raise ValueError("random_replace_prob > 0 needs ordinary_ids: at least two token ids to draw from")
+        inputs = torch.where(to_random, _random_other_tokens(input_ids, ordinary_ids, generator), inputs)
     return inputs, labels
 
 
 class MaskedCollator:
-    """Pads sentences to the longest of the batch and masks them with a given generator."""
+    """Pads sentences to the longest of the batch and masks them with a given generator.
 
-    def __init__(self, tokenizer, probability: float, pad_to_multiple_of: int | None = None):
+    probability, mask_replace_prob, random_replace_prob: as `mask_tokens` (transformers' collator names). Random
+    replacements are drawn from the tokenizer's ordinary tokens (never a special token such as <pad> or <mask>)."""
+
+    def __init__(self, tokenizer, probability: float, pad_to_multiple_of: int | None = None,
+                 mask_replace_prob: float = 1.0, random_replace_prob: float = 0.0):
+        check_replace_probs(mask_replace_prob, random_replace_prob, "MaskedCollator")
         self.pad_id = tokenizer.pad_token_id
         self.mask_id = tokenizer.mask_token_id
         self.special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
         self.probability = probability
+        self.mask_replace_prob = mask_replace_prob
+        self.random_replace_prob = random_replace_prob
         self.multiple = pad_to_multiple_of
+        self.ordinary_ids = None
+        if random_replace_prob > 0.0:
+            every = torch.arange(len(tokenizer), dtype=torch.long)
+            self.ordinary_ids = every[~torch.isin(every, self.special)]
+            if self.ordinary_ids.numel() < 2:
+                raise ValueError("random_replace_prob > 0 needs a tokenizer with at least two ordinary tokens")
+
+    @classmethod
+    def from_config(cls, tokenizer, config: DataConfig) -> MaskedCollator:
+        """The collator of a run's data settings (mask rate and replacement shares)."""
+        return cls(tokenizer, config.mlm_probability, mask_replace_prob=config.mask_replace_prob,
+                   random_replace_prob=config.random_replace_prob)
+
+    def mask(self, input_ids: torch.Tensor, maskable: torch.Tensor, generator: torch.Generator):
+        """(inputs, labels) of padded ids whose `maskable` positions may be selected."""
+        return mask_tokens(input_ids, maskable, self.mask_id, self.probability, generator,
+                           self.mask_replace_prob, self.random_replace_prob, self.ordinary_ids)
 
     def __call__(self, rows: list[list[int]], generator: torch.Generator) -> dict[str, torch.Tensor]:
         length = max(len(r) for r in rows)
@@ -190,7 +262,7 @@ class MaskedCollator:
             input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
             attention_mask[i, : len(row)] = 1
         maskable = ~torch.isin(input_ids, self.special) & attention_mask.bool()
-        inputs, labels = mask_tokens(input_ids, maskable, self.mask_id, self.probability, generator)
+        inputs, labels = self.mask(input_ids, maskable, generator)
         return {"input_ids": inputs, "attention_mask": attention_mask, "labels": labels}
 
 

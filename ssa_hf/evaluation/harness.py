@@ -26,6 +26,18 @@ log = logging.getLogger(__name__)
 DEFAULT_TASKS = ["arc_easy", "arc_challenge", "boolq", "hellaswag"]
 
 
+def expand_task_names(tasks: list[str]) -> list[str]:
+    """`paper` stands for the six tasks the paper reports (lm_tasks.PAPER_TASKS); duplicates are dropped."""
+    from .lm_tasks import PAPER_TASKS
+
+    expanded: list[str] = []
+    for name in tasks:
+        for task in PAPER_TASKS if name == "paper" else [name]:
+            if task not in expanded:
+                expanded.append(task)
+    return expanded
+
+
 @dataclass
 class EvalConfig:
     """One lm-eval run. `limit`: documents per task (an int count, or a fraction < 1), None = all; `num_fewshot`:
@@ -59,6 +71,7 @@ class EvalConfig:
             raise ValueError("model: give a checkpoint folder or a Hub id")
         if isinstance(self.tasks, str):
             self.tasks = [t for t in self.tasks.split(",") if t]
+        self.tasks = expand_task_names(list(self.tasks))
         if not self.tasks:
             raise ValueError("tasks: give at least one task, e.g. arc_easy,arc_challenge,boolq,hellaswag")
         if self.num_fewshot is None or int(self.num_fewshot) < 0:
@@ -150,11 +163,23 @@ def baseline_stats(golds: list[int], choices: list[list[str]]) -> dict[str, Any]
     }
 
 
-def baselines(samples: list[dict[str, Any]]) -> dict[str, Any] | None:
+def baselines(samples: list[dict[str, Any]], task: str | None = None) -> dict[str, Any] | None:
     """`baseline_stats` on the documents lm-eval scored (its logged samples: gold `target`, one request per
-    choice in `arguments`); None when they are not single-gold multiple choice."""
+    choice in `arguments`; for a task in GOLD_INDEX_FROM_DOC the gold is read from the logged document); None when
+    they are not single-gold multiple choice."""
+    from .lm_tasks import GOLD_INDEX_FROM_DOC
+
     if not samples or any(not sample.get("arguments") for sample in samples):
         return None
+    gold_from_doc = GOLD_INDEX_FROM_DOC.get(task or "")
+    if gold_from_doc is not None:
+        try:
+            golds = [gold_from_doc(s["doc"]) for s in samples]
+        except (KeyError, TypeError):
+            return None
+        # one continuation scored after each context: the contexts are the choices
+        choices = [[arg[0] if isinstance(arg, (list, tuple)) else None for arg in s["arguments"]] for s in samples]
+        return baseline_stats(golds, choices)
     choices = [[arg[1] if isinstance(arg, (list, tuple)) and len(arg) > 1 else None for arg in s["arguments"]] for s in samples]
     return baseline_stats([s.get("target") for s in samples], choices)
 
@@ -177,14 +202,19 @@ def task_baselines(tasks: list[str], data_dir: str | None = None, limit: int | f
             if limit is not None:
                 docs = docs[: int(limit if limit >= 1 else round(limit * len(docs)))]
             choices = [list(task.doc_to_choice(doc)) for doc in docs]
-            result[name] = baseline_stats([task.doc_to_target(doc) for doc in docs], choices)
+            # multiple-input tasks (winogrande) score one continuation after each choice: the gold is doc_to_text
+            gold = task.doc_to_text if getattr(task, "multiple_input", False) else task.doc_to_target
+            result[name] = baseline_stats([gold(doc) for doc in docs], choices)
             if result[name] is not None:
                 result[name]["n_total"] = len(list(task.eval_docs))
     if output_dir:
         out = OutputDir(output_dir)
         rows = [[name, b["n"], ", ".join(map(str, b["num_choices"])), b["chance"], b["majority"], b["majority_answer"]]
                 for name, b in result.items() if b]
-        out.write_json("baselines.json", {"kind": "baselines", "data": "local" if data_dir else "hub",
+        import lm_eval
+
+        out.write_json("baselines.json", {"kind": "baselines", "lm_eval_version": lm_eval.__version__,
+                                          "data": "local" if data_dir else "hub",
                                           "data_dir": data_dir, "limit": limit, "tasks": result})
         out.write_markdown("baselines.md", "# Chance and majority baselines\n\n"
                            + markdown_table(["task", "documents", "choices", "chance", "majority", "majority answer"], rows, ".4f"))
@@ -208,6 +238,12 @@ def _data_source(task_config: dict[str, Any]) -> dict[str, Any]:
     if "local_data_note" in metadata:
         source["note"] = metadata["local_data_note"]
     return source
+
+
+def data_kind(tasks: dict[str, dict[str, Any]]) -> str:
+    """"local" when every task read local files, "hub" when none did, else "local+hub"."""
+    local = {(entry.get("data") or {}).get("dataset_path") == "json" for entry in tasks.values()}
+    return "local+hub" if len(local) > 1 else ("local" if local == {True} else "hub")
 
 
 def load_lm(config: EvalConfig, model: str):
@@ -298,7 +334,7 @@ def run_eval(config: EvalConfig) -> EvalResults:
             "n": n_samples.get("effective"),
             "n_total": n_samples.get("original"),
             "output_type": task_config.get("output_type"),
-            "baselines": baselines(samples.get(task, [])) if task_config.get("output_type") == "multiple_choice" else None,
+            "baselines": baselines(samples.get(task, []), task) if task_config.get("output_type") == "multiple_choice" else None,
             "data": _data_source(task_config),
         }
         tasks[task] = entry
@@ -314,7 +350,7 @@ def run_eval(config: EvalConfig) -> EvalResults:
             "device": str(lm.device),
             "dtype": str(next(lm.model.parameters()).dtype),
             "attn_implementation": getattr(lm.model.config, "_attn_implementation", None),
-            "data": "local" if config.data_dir else "hub",
+            "data": data_kind(tasks),
             "data_dir": str(Path(config.data_dir).resolve()) if config.data_dir else None,
             "seed": config.seed,
             "lm_eval_model": "ssa-hf",

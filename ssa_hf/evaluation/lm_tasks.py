@@ -24,6 +24,11 @@ Every record of the local files is checked before lm-eval reads them (`LocalTask
 with Jinja, where a missing field is silently empty or false, so a BoolQ record without `answer` would be scored
 as "no". A bad record raises a ValueError naming the file and the line.
 
+WinoGrande and COPA are not in ../shared/data: they read a copy placed under the data folder (`winogrande/dev.jsonl`,
+the official WinoGrande 1.1 file; `copa/val.jsonl`, SuperGLUE's) when there is one, else lm-eval's stock task reads
+the Hub. Offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE) with neither a copy nor a cached download, the run stops
+before loading anything, with a message naming the task, why, and what to do (`check_hub_tasks`).
+
 Adding a multiple-choice task: add a `LocalTask` to `LOCAL_TASKS` (stock YAML path inside lm_eval/tasks, the data
 files by split, any field overrides, and the record check).
 """
@@ -65,6 +70,9 @@ class LocalTask:
     overrides: dict[str, Any] = field(default_factory=dict)
     prepare: Callable[[dict[str, Path], Path], dict[str, Path]] | None = None
     note: str = ""
+    # False: ../shared/data has no copy; without the files the stock task reads the Hub (online), or the run stops
+    # with a message saying what to do (offline)
+    bundled: bool = True
     # what a record must hold for the stock prompt: returns what is wrong with one record, or None
     check: Callable[[dict[str, Any]], str | None] | None = None
 
@@ -121,6 +129,28 @@ def _check_hellaswag(record: dict[str, Any]) -> str | None:
 
 def _check_piqa(record: dict[str, Any]) -> str | None:
     return _wrong_fields(record, goal=str, sol1=str, sol2=str)
+
+
+def _check_winogrande(record: dict[str, Any]) -> str | None:
+    problem = _wrong_fields(record, sentence=str, option1=str, option2=str, answer=str)
+    if problem:
+        return problem
+    if "_" not in record["sentence"]:
+        return "field 'sentence' has no blank '_' for the options"
+    if record["answer"] not in ("1", "2"):
+        return f"field 'answer' is {record['answer']!r}, expected '1' or '2'"
+    return None
+
+
+def _check_copa(record: dict[str, Any]) -> str | None:
+    problem = _wrong_fields(record, premise=str, choice1=str, choice2=str, question=str, label=int)
+    if problem:
+        return problem
+    if record["question"] not in ("cause", "effect"):
+        return f"field 'question' is {record['question']!r}, expected 'cause' or 'effect'"
+    if record["label"] not in (0, 1):
+        return f"field 'label' is {record['label']}, expected 0 or 1"
+    return None
 
 
 def check_task_file(task: LocalTask, path: Path) -> int:
@@ -208,6 +238,34 @@ LOCAL_TASKS: dict[str, LocalTask] = {
         note="official release files (valid.jsonl + valid-labels.lst), joined at run time",
         check=_check_piqa,
     ),
+    # not in ../shared/data: from the Hub when online, or from a copy placed under --data-dir
+    "winogrande": LocalTask(
+        name="winogrande",
+        stock_yaml="winogrande/default.yaml",
+        files={"validation": "winogrande/dev.jsonl"},
+        eval_split="validation",
+        note="official WinoGrande 1.1 dev.jsonl (the 1,267 questions of allenai/winogrande winogrande_xl validation)",
+        check=_check_winogrande,
+        bundled=False,
+    ),
+    "copa": LocalTask(
+        name="copa",
+        stock_yaml="super_glue/copa/default.yaml",
+        files={"validation": "copa/val.jsonl"},
+        eval_split="validation",
+        note="SuperGLUE COPA val.jsonl (the 100 questions of super_glue/copa validation)",
+        check=_check_copa,
+        bundled=False,
+    ),
+}
+
+#: The six lm-eval tasks the paper reports (REFERENCE.md section 4), in its order; `--tasks paper` runs them.
+PAPER_TASKS = ["arc_easy", "arc_challenge", "boolq", "hellaswag", "winogrande", "copa"]
+
+#: Where each stock task reads its gold answer when `doc_to_target` is not the index of the right choice
+#: (WinoGrande scores two contexts against one continuation: the gold is the option number).
+GOLD_INDEX_FROM_DOC: dict[str, Callable[[dict[str, Any]], int]] = {
+    "winogrande": lambda doc: {"1": 0, "2": 1}[str(doc["answer"])],
 }
 
 
@@ -279,9 +337,84 @@ def local_task_config(task: LocalTask, data_dir: str | Path, folder: Path) -> di
     return config
 
 
+def hub_is_offline() -> bool:
+    """True when huggingface_hub or datasets is told to stay offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)."""
+    import datasets.config
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE or datasets.config.HF_DATASETS_OFFLINE)
+
+
+def stock_dataset(task: LocalTask) -> tuple[str, str | None]:
+    """(dataset_path, dataset_name) the stock task reads from the Hub."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    config = load_yaml(stock_yaml_path(task), resolve_func=False)
+    return config.get("dataset_path"), config.get("dataset_name")
+
+
+def hub_copy_cached(task: LocalTask) -> bool:
+    """Whether the stock task's Hub data set can be opened now (offline: from the datasets cache)."""
+    import datasets
+
+    path, name = stock_dataset(task)
+    try:
+        datasets.load_dataset_builder(path, name)
+    except Exception:  # any failure means lm-eval could not read it either; the caller says what to do
+        return False
+    return True
+
+
+def unavailable_message(task: LocalTask, data_dir: str | Path | None) -> str:
+    """Why `task` cannot run offline and what to do, in one message."""
+    path, name = stock_dataset(task)
+    hub = f"{path}" + (f" ({name})" if name else "")
+    expected = ", ".join(task.files.values())
+    if task.bundled:
+        local = f"give --data-dir with the layout of ../shared/data (it holds {expected})"
+    elif data_dir is not None:
+        local = f"put a local copy at {Path(data_dir).expanduser().resolve() / expected} ({task.note})"
+    else:
+        local = f"pass --data-dir DIR with a local copy at DIR/{expected} ({task.note})"
+    return (
+        f"lm-eval task {task.name!r} cannot run: it reads {hub} from the Hub, which is switched off "
+        f"(HF_HUB_OFFLINE / HF_DATASETS_OFFLINE) and not in the datasets cache"
+        + ("" if task.bundled or data_dir is None else f", and --data-dir {data_dir} has no copy of it")
+        + f". To run it, go online (unset HF_HUB_OFFLINE and HF_DATASETS_OFFLINE) or {local}."
+    )
+
+
+def check_hub_tasks(names: list[str], data_dir: str | Path | None = None) -> None:
+    """Offline, a ValueError naming every task of `names` that would read the Hub and cannot (see
+    `unavailable_message`); online, or for tasks this package does not know, nothing (lm-eval reports)."""
+    if not hub_is_offline():
+        return
+    problems = [unavailable_message(LOCAL_TASKS[n], data_dir) for n in names if n in LOCAL_TASKS
+                and not hub_copy_cached(LOCAL_TASKS[n])]
+    if problems:
+        raise ValueError("\n".join(problems))
+
+
+def has_local_copy(task: LocalTask, data_dir: str | Path) -> bool:
+    root = Path(data_dir).expanduser().resolve()
+    return all((root / rel).is_file() for rel in task.files.values())
+
+
+def hub_task_config(task: LocalTask) -> dict[str, Any]:
+    """The stock task unchanged (it reads the Hub), for a run whose other tasks read local files."""
+    return {
+        "include": str(stock_yaml_path(task)),
+        "task": task.name,
+        "tag": [LOCAL_TAG],
+        "metadata": {"version": stock_version(task), "local_data_note": "no local copy: read from the Hub"},
+    }
+
+
 def write_local_tasks(data_dir: str | Path, folder: str | Path, tasks: list[str] | None = None) -> Path:
     """Write local task YAMLs for `tasks` (default: every task in LOCAL_TASKS) into `folder`; returns the folder,
-    ready for `TaskManager(include_path=folder)` or `lm_eval --include_path folder`."""
+    ready for `TaskManager(include_path=folder)` or `lm_eval --include_path folder`. A task that ../shared/data does
+    not hold (winogrande, copa) reads its local copy when `data_dir` has one, else the Hub: offline that is a
+    ValueError saying what to do."""
     import yaml
 
     names = list(LOCAL_TASKS) if tasks is None else list(tasks)
@@ -292,13 +425,21 @@ def write_local_tasks(data_dir: str | Path, folder: str | Path, tasks: list[str]
             f"{sorted(LOCAL_TASKS)} "
             "(without --data-dir any lm-eval task runs from the Hub)"
         )
+    from_hub = [n for n in names if not LOCAL_TASKS[n].bundled and not has_local_copy(LOCAL_TASKS[n], data_dir)]
+    if tasks is None:  # the default set: only what can run here
+        names = [n for n in names if n not in from_hub]
+        from_hub = []
+    check_hub_tasks(from_hub, data_dir)
     folder = Path(folder).expanduser().resolve()
     folder.mkdir(parents=True, exist_ok=True)
     for name in names:
-        config = local_task_config(LOCAL_TASKS[name], data_dir, folder)
-        text = "# written by ssa-hf: lm-eval's stock task, reading local files\n" + yaml.safe_dump(
-            config, sort_keys=False, allow_unicode=True
-        )
+        if name in from_hub:
+            config = hub_task_config(LOCAL_TASKS[name])
+            header = "# written by ssa-hf: lm-eval's stock task, reading the Hub (no local copy)\n"
+        else:
+            config = local_task_config(LOCAL_TASKS[name], data_dir, folder)
+            header = "# written by ssa-hf: lm-eval's stock task, reading local files\n"
+        text = header + yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
         atomic_write_bytes(folder / f"{name}.yaml", text.encode())
     return folder
 
@@ -321,4 +462,5 @@ def task_manager(data_dir: str | Path | None, tasks: list[str], folder: str | Pa
             f"unknown lm-eval task(s) {unknown}{did_you_mean(unknown, manager.all_tasks)}; "
             "list them with `lm_eval ls tasks`"
         )
+    check_hub_tasks(list(tasks), None)
     return manager

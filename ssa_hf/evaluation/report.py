@@ -333,3 +333,25 @@ def perplexity_figure(runs: list[dict[str, Any]]):
     ax.legend(fontsize=8)
     ax.set_title("perplexity")
     return fig
+
+
+# ------------------------------------------------------------------------------------------- the paper column
+
+
+def paper_table(columns: list[str], rows: list[dict[str, Any]]) -> str:
+    """section | task / set / paradigm | metric | paper softmax | paper SSA | ours per model | chance | majority,
+    from `compare.paper_rows`."""
+    table = []
+    for row in rows:
+        figure = row["figure"]
+        digits = 4 if figure["section"] == "lm_eval" else 2
+        majority = row.get("majority")
+        table.append(
+            [figure["section"], figure["key"], figure["metric"], fmt_value(figure["softmax"], digits=digits),
+             fmt_value(figure["ssa"], digits=digits)]
+            + [fmt_value(row["ours"].get(name), digits=digits) for name in columns]
+            + [fmt_value(row.get("chance"), digits=digits) if row.get("chance") is not None else "–",
+               f"{fmt_value(majority[0])} ({majority[1]})" if majority else "–"]
+        )
+    headers = ["section", "task / set / paradigm", "metric", "paper softmax", "paper SSA", *columns, "chance", "majority"]
+    return markdown_table(headers, table)

@@ -30,7 +30,6 @@ from ..data.corpus import (
     build_corpus,
     collate_causal,
     iter_text_column,
-    mask_tokens,
     split_validation,
 )
 from ..data.tokenizer import load_pretrained_tokenizer, special_token_ids, train_bpe_tokenizer
@@ -219,15 +218,12 @@ def prepare_validation(corpus: Corpus, tokenizer, config: PretrainConfig) -> lis
     """Validation inputs with fixed masks (masked LM: seeded per example, the same at every evaluation)."""
     if config.task == "causal":
         return [(row, None) for row in corpus.validation]
-    special = torch.tensor(sorted(set(tokenizer.all_special_ids)))
+    collator = MaskedCollator.from_config(tokenizer, config.data)  # the training corruption, fixed per sentence
     prepared = []
     for index, row in enumerate(corpus.validation):
         ids = torch.tensor([row])
-        maskable = ~torch.isin(ids, special)
-        inputs, labels = mask_tokens(
-            ids, maskable, tokenizer.mask_token_id, config.data.mlm_probability,
-            batch_generator(config.seed, EVAL_SEED_KEY, index),
-        )
+        maskable = ~torch.isin(ids, collator.special)
+        inputs, labels = collator.mask(ids, maskable, batch_generator(config.seed, EVAL_SEED_KEY, index))
         prepared.append((inputs[0].tolist(), labels[0].tolist()))
     return prepared
 
@@ -439,7 +435,7 @@ def _pretrain_locked(config: PretrainConfig, accelerator, output_dir: Path) -> P
         config.per_device_train_batch_size, accelerator.process_index, accelerator.num_processes, config.seed, config.data
     )
     validation = prepare_validation(corpus, tokenizer, config)
-    masked_collator = MaskedCollator(tokenizer, config.data.mlm_probability) if config.task == "masked" else None
+    masked_collator = MaskedCollator.from_config(tokenizer, config.data) if config.task == "masked" else None
 
     # ---- model, optimizer, schedule
     set_seed(config.seed)

@@ -88,7 +88,7 @@ def test_perplexity_fields_are_found_in_any_layout():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["eval", "{model}", "--data-dir", "{data}", "--tasks", "winogrande"], "unknown task(s) ['winogrande']"),
+        (["eval", "{model}", "--data-dir", "{data}", "--tasks", "lambada_openai"], "unknown task(s) ['lambada_openai']"),
         (["eval", "{model}", "--data-dir", "{tmp}", "--tasks", "boolq"], "missing data file"),
         (["eval", "{tmp}/missing-model", "--data-dir", "{data}", "--tasks", "boolq"], "does not exist"),
         (["eval", "{model}", "--data-dir", "{data}", "--tasks", "boolq", "--num-fewshot", "-1"], "num_fewshot"),

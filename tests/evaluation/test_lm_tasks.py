@@ -68,8 +68,8 @@ def test_missing_data_file_names_the_file(data_dir, tmp_path):
 
 
 def test_unknown_local_task_lists_the_known_ones(data_dir, tmp_path):
-    with pytest.raises(ValueError, match=r"unknown task\(s\) \['winogrande'\].*arc_challenge"):
-        write_local_tasks(data_dir, tmp_path / "tasks", ["arc_easy", "winogrande"])
+    with pytest.raises(ValueError, match=r"unknown task\(s\) \['lambada_openai'\].*arc_challenge"):
+        write_local_tasks(data_dir, tmp_path / "tasks", ["arc_easy", "lambada_openai"])
 
 
 def test_piqa_labels_must_align(data_dir, tmp_path):
