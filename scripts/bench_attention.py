@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import MALLOC_ENV, busy_fraction, pin_malloc_env, split_args  # noqa: E402
+from bench_common import MALLOC_ENV, BusyProcesses, busy_fraction, pin_malloc_env, split_args  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = ("fwd", "fwd+bwd", "decode")
@@ -245,24 +245,6 @@ def table(rows: list[dict]) -> str:
                      f"| {_fmt(r.get('time_ratio'), '.2f')} | {_fmt(r.get('extra_mb'), '.1f')} "
                      f"| {_fmt(r.get('memory_ratio'), '.2f')} | {note[:100]} |")
     return "\n".join(lines)
-
-
-class BusyProcesses:
-    """N processes spinning `while True: pass` for the duration of a `with` block (what a data-loader worker or
-    a second job does to the cores a kernel runs on)."""
-
-    def __init__(self, count: int):
-        self.count, self.procs = count, []
-
-    def __enter__(self):
-        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.count)]
-        time.sleep(0.5 if self.count else 0.0)
-        return self
-
-    def __exit__(self, *exc):
-        for proc in self.procs:
-            proc.kill()
-            proc.wait()
 
 
 def run_paired(args, variants, lengths, modes, base_cell) -> list[dict]:

@@ -2,6 +2,7 @@
 machine's busy fraction, comma-or-space separated options."""
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -39,3 +40,21 @@ def busy_fraction(seconds: float = 1.0) -> float | None:
     except (OSError, IndexError, ValueError):
         return None
     return round(1.0 - (i1 - i0) / max(1, t1 - t0), 3)
+
+
+class BusyProcesses:
+    """N processes spinning `while True: pass` for the duration of a `with` block (what a data-loader worker or
+    a second job does to the cores a kernel runs on)."""
+
+    def __init__(self, count: int):
+        self.count, self.procs = count, []
+
+    def __enter__(self):
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.count)]
+        time.sleep(0.5 if self.count else 0.0)
+        return self
+
+    def __exit__(self, *exc):
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()

@@ -9,6 +9,7 @@ Presets: `tiny_llama` and `decoder_114m` (12 layers, hidden 768, 24 heads / 8 ke
 
     python scripts/bench_model.py --quick        # tiny at L=256, 1024; 114M at L=256, 1024 (~10 minutes, 2 cores)
     python scripts/bench_model.py --presets decoder_114m --lengths 1024 --batch 1 --steps 3
+    python scripts/bench_model.py --quick --load 2      # beside two busy processes (data-loader workers)
 
 Training: tokens/s of forward+backward+AdamW steps (median over steps after warm-up steps).
 Decoding: new tokens/s of greedy `generate` with the KV cache (one-token steps), after a warm-up generate.
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import MALLOC_ENV, busy_fraction, pin_malloc_env, split_args  # noqa: E402
+from bench_common import MALLOC_ENV, BusyProcesses, busy_fraction, pin_malloc_env, split_args  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = [("ssa", "ssa", "ssa_auto"), ("softmax", "softmax", "ssa_auto"), ("softmax sdpa", "softmax", "sdpa")]
@@ -99,6 +100,9 @@ def main(argv=None) -> int:
     parser.add_argument("--no-decode", dest="decode", action="store_false")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--quick", action="store_true", help="tiny and decoder_114m at L=256 and 1024, at most 3 timed steps")
+    parser.add_argument("--load", type=int, default=0,
+                        help="busy processes (`while True: pass`) running during the whole measurement, as data-loader "
+                             "workers or a second job would")
     parser.add_argument("--output", default="bench_model.json")
     args = parser.parse_args(argv)
     pin_malloc_env()
@@ -114,18 +118,19 @@ def main(argv=None) -> int:
         args.steps = min(args.steps, 3)
     busy_before = busy_fraction()
     rows = []
-    for preset, length in plan:
-        for name, scoring, implementation in VARIANTS:
-            model = build(preset, scoring, implementation, max(length, args.prompt + args.new_tokens))
-            tokens_s, step_s = train_tokens_per_s(model, args.batch, length, args.steps, args.warmup)
-            row = {"preset": preset, "length": length, "variant": name, "attn_implementation": implementation,
-                   "train_tokens_per_s": tokens_s, "train_step_s": step_s}
-            if args.decode:
-                row["decode_tokens_per_s"] = decode_tokens_per_s(model, args.prompt, args.new_tokens, args.decode_repeats)
-            rows.append(row)
-            print(row, file=sys.stderr, flush=True)
-            del model
-            gc.collect()
+    with BusyProcesses(args.load):
+        for preset, length in plan:
+            for name, scoring, implementation in VARIANTS:
+                model = build(preset, scoring, implementation, max(length, args.prompt + args.new_tokens))
+                tokens_s, step_s = train_tokens_per_s(model, args.batch, length, args.steps, args.warmup)
+                row = {"preset": preset, "length": length, "variant": name, "attn_implementation": implementation,
+                       "train_tokens_per_s": tokens_s, "train_step_s": step_s}
+                if args.decode:
+                    row["decode_tokens_per_s"] = decode_tokens_per_s(model, args.prompt, args.new_tokens, args.decode_repeats)
+                rows.append(row)
+                print(row, file=sys.stderr, flush=True)
+                del model
+                gc.collect()
     keys = ["train_tokens_per_s"] + (["decode_tokens_per_s"] if args.decode else [])
     for row in rows:
         same = {r["variant"]: r for r in rows if r["preset"] == row["preset"] and r["length"] == row["length"]}
@@ -135,7 +140,7 @@ def main(argv=None) -> int:
     machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "threads": args.threads,
                "torch": torch.__version__, "batch": args.batch, "steps": args.steps, "warmup": args.warmup,
                "prompt": args.prompt, "new_tokens": args.new_tokens, "malloc_env": MALLOC_ENV,
-               "busy_before": busy_before, "busy_after": busy_fraction()}
+               "busy_before": busy_before, "busy_after": busy_fraction(), "busy_processes": args.load}
     lines = ["| preset | L | variant | train tok/s | x softmax | x sdpa | decode tok/s | x softmax | x sdpa |",
              "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -147,7 +152,7 @@ def main(argv=None) -> int:
     Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows, "table": text}, indent=2) + "\n")
     print(f"\nbatch {args.batch}, median of {args.steps} training steps after {args.warmup} warm-up; decoding: prompt "
           f"{args.prompt}, {args.new_tokens} new tokens, greedy with KV cache (median of {args.decode_repeats}); "
-          f"{machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; machine busy before/after: "
+          f"{machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; {args.load} busy processes; machine busy before/after: "
           f"{busy_before}/{machine['busy_after']} (0 = idle)\n")
     print(text)
     print(f"\nwrote {args.output}")

@@ -38,7 +38,7 @@ _NEG_INF = float("-inf")
 _POS_INF = float("inf")
 # default tiles (measured on 2 cores, L = 2048, D = 64: see docs/PERFORMANCE.md): query rows per work item
 # (all query heads of a key/value head together, so G heads share each key tile) and keys per tile
-BLOCK_Q = 64
+BLOCK_Q = 256
 BLOCK_K = 256
 # largest |g| bound per row for which the fused forward uses the bound as a fixed row offset (one pass per tile,
 # no running maximum): exp(-2 * 40) is still a normal float32; above it the online maximum runs

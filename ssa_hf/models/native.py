@@ -522,6 +522,9 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor&
   }
   if (!row_bounds(P, bound.data_ptr<float>())) return {};
   P.bq = std::max<int64_t>(1, P.bq / P.G);  // block_q counts the rows of a work item, over its G query heads
+  // enough work items for every thread (short sequences, many cores): smaller query blocks
+  const int64_t want = 4 * (int64_t)at::get_num_threads();
+  while (P.bq > 16 && P.B * P.Hkv * ((P.Lq + P.bq - 1) / P.bq) < want) P.bq /= 2;
   const int64_t nqb = (P.Lq + P.bq - 1) / P.bq;
   Forward f{P, bound.data_ptr<float>(), out.data_ptr<float>(), need_lse ? lse.data_ptr<float>() : nullptr, nqb};
   run_items(nqb * P.B * P.Hkv, f);
