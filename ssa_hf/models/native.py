@@ -199,23 +199,27 @@ inline float fwd_row_any(float* row, const Row& r, int64_t cols, float scale, bo
 }
 
 // smallest and largest visible raw score of a row
+// (also: false when a visible score is inf or NaN)
 template <bool MASK>
-inline void row_range(const float* __restrict row, const uint8_t* __restrict mrow, int64_t cend, float* lo,
+inline bool row_range(const float* __restrict row, const uint8_t* __restrict mrow, int64_t cend, float* lo,
                       float* hi) {
-  float h = -kInf, l = kInf;
-#pragma omp simd reduction(max : h) reduction(min : l)
+  float h = -kInf, l = kInf, check = 0.0f;  // check: 0 * score, NaN iff a visible score is not finite
+#pragma omp simd reduction(max : h) reduction(min : l) reduction(+ : check)
   for (int64_t c = 0; c < cend; ++c) {
     float v = row[c];
-    float vh = v, vl = v;
+    float vh = v, vl = v, z = v * 0.0f;
     if constexpr (MASK) {
       vh = mrow[c] != 0 ? v : -kInf;
       vl = mrow[c] != 0 ? v : kInf;
+      z = mrow[c] != 0 ? z : 0.0f;
     }
     h = vh > h ? vh : h;
     l = vl < l ? vl : l;
+    check += z;
   }
   *lo = l;
   *hi = h;
+  return check == 0.0f;
 }
 
 // P, dS (over dp) and sum(dg * g) of one backward row
@@ -305,12 +309,45 @@ bool row_bounds(const Problem& P, float* bound) {
   return finite.load();
 }
 
+// Decoding steps have one query row per head (G per work item): plain vectorised dot products and axpys beat a
+// BLAS call on a 1-row matrix.
+constexpr int64_t kFewRows = 4;
+
+inline void few_rows_scores(const float* q, const float* k, int64_t rows, int64_t C, int64_t D, float* S,
+                            int64_t lds) {
+  for (int64_t c = 0; c < C; ++c) {
+    const float* kc = k + c * D;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* qr = q + r * D;
+      float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t d = 0; d < D; ++d) acc += qr[d] * kc[d];
+      S[r * lds + c] = acc;
+    }
+  }
+}
+
+inline void few_rows_values(const float* S, int64_t lds, const float* v, int64_t rows, int64_t C, int64_t Dv,
+                            bool first, float* acc) {
+  if (first) std::fill(acc, acc + rows * Dv, 0.0f);
+  for (int64_t c = 0; c < C; ++c) {
+    const float* vc = v + c * Dv;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float p = S[r * lds + c];
+      float* ar = acc + r * Dv;
+#pragma omp simd
+      for (int64_t d = 0; d < Dv; ++d) ar[d] += p * vc[d];
+    }
+  }
+}
+
 struct Forward {
   const Problem& P;
   const float* bound;
   float* out;   // [B, H, Lq, Dv]
   float* lse;   // [B, H, Lq] or nullptr
   int64_t nqb;
+  std::atomic<bool>* nonfinite;  // set when a visible score is not finite (online rows check their scores)
 
   struct Scratch {
     std::vector<float> q, s, acc, m, l, alpha;
@@ -347,7 +384,8 @@ struct Forward {
     for (int64_t j0 = 0; j0 < kend; j0 += P.bk) {
       const int64_t C = std::min(P.bk, kend - j0);
       float* S = w.s.data();
-      gemm(false, true, rows, C, P.D, 1.0f, w.q.data(), P.D, kb + j0 * P.D, P.D, 0.0f, S, P.bk);
+      if (rows <= kFewRows) few_rows_scores(w.q.data(), kb + j0 * P.D, rows, C, P.D, S, P.bk);
+      else gemm(false, true, rows, C, P.D, 1.0f, w.q.data(), P.D, kb + j0 * P.D, P.D, 0.0f, S, P.bk);
       bool rescale = false;
       for (int64_t rr = 0; rr < rows; ++rr) {
         const int64_t g = rr / R, r = rr % R, h = hk * P.G + g;
@@ -359,8 +397,12 @@ struct Forward {
           continue;
         }
         float lo, hi;
-        if (rw.mask) row_range<true>(srow, rw.mask, rw.cend, &lo, &hi);
-        else row_range<false>(srow, nullptr, rw.cend, &lo, &hi);
+        const bool finite = rw.mask ? row_range<true>(srow, rw.mask, rw.cend, &lo, &hi)
+                                    : row_range<false>(srow, nullptr, rw.cend, &lo, &hi);
+        if (!finite) {  // the torch path redoes the call (NaN/inf propagate there as in eager attention)
+          *nonfinite = true;
+          return;
+        }
         const float m_prev = w.m[rr];
         float m_new = m_prev;
         if (hi != -kInf) {  // g is monotone in s: its maximum is g at one of the extreme scores
@@ -383,8 +425,9 @@ struct Forward {
           const float a = w.alpha[rr];
           for (int64_t d = 0; d < P.Dv; ++d) arow[d] *= a;
         }
-      gemm(false, false, rows, P.Dv, C, 1.0f, S, P.bk, vb + j0 * P.Dv, P.Dv, first ? 0.0f : 1.0f, w.acc.data(),
-           P.Dv);
+      if (rows <= kFewRows) few_rows_values(S, P.bk, vb + j0 * P.Dv, rows, C, P.Dv, first, w.acc.data());
+      else gemm(false, false, rows, P.Dv, C, 1.0f, S, P.bk, vb + j0 * P.Dv, P.Dv, first ? 0.0f : 1.0f, w.acc.data(),
+                P.Dv);
       first = false;
     }
     for (int64_t rr = 0; rr < rows; ++rr) {
@@ -520,14 +563,20 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor&
     if (need_lse) lse.fill_(kInf);
     return {out, lse};
   }
-  if (!row_bounds(P, bound.data_ptr<float>())) return {};
+  // Short query blocks (decoding steps): the bound would read all of K once more for a handful of rows; run the
+  // online maximum, which checks the scores it sees for inf/NaN instead.
+  if (P.Lq * P.G < 16) bound.fill_(kInf);
+  else if (!row_bounds(P, bound.data_ptr<float>())) return {};
   P.bq = std::max<int64_t>(1, P.bq / P.G);  // block_q counts the rows of a work item, over its G query heads
   // enough work items for every thread (short sequences, many cores): smaller query blocks
   const int64_t want = 4 * (int64_t)at::get_num_threads();
   while (P.bq > 16 && P.B * P.Hkv * ((P.Lq + P.bq - 1) / P.bq) < want) P.bq /= 2;
   const int64_t nqb = (P.Lq + P.bq - 1) / P.bq;
-  Forward f{P, bound.data_ptr<float>(), out.data_ptr<float>(), need_lse ? lse.data_ptr<float>() : nullptr, nqb};
+  std::atomic<bool> nonfinite{false};
+  Forward f{P, bound.data_ptr<float>(), out.data_ptr<float>(), need_lse ? lse.data_ptr<float>() : nullptr, nqb,
+            &nonfinite};
   run_items(nqb * P.B * P.Hkv, f);
+  if (nonfinite.load()) return {};
   return {out, lse};
 }
 
