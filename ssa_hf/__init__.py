@@ -18,8 +18,22 @@ from .models import (
 )
 from .models.configuration_ssa_bert import SSABertConfig
 from .models.configuration_ssa_llama import SSALlamaConfig
-from .models.modeling_ssa_bert import SSABertForMaskedLM, SSABertForSequenceClassification, SSABertModel
-from .models.modeling_ssa_llama import SSALlamaForCausalLM, SSALlamaForSequenceClassification, SSALlamaModel
+from .models.modeling_ssa_bert import (
+    SSABertForCausalLM,
+    SSABertForMaskedLM,
+    SSABertForMultipleChoice,
+    SSABertForQuestionAnswering,
+    SSABertForSequenceClassification,
+    SSABertForTokenClassification,
+    SSABertModel,
+)
+from .models.modeling_ssa_llama import (
+    SSALlamaForCausalLM,
+    SSALlamaForQuestionAnswering,
+    SSALlamaForSequenceClassification,
+    SSALlamaForTokenClassification,
+    SSALlamaModel,
+)
 from .models.registration import register_auto_classes
 
 register_auto_classes()
@@ -32,12 +46,18 @@ __all__ = [
     "BACKENDS",
     "SCORING_FUNCTIONS",
     "SSABertConfig",
+    "SSABertForCausalLM",
     "SSABertForMaskedLM",
+    "SSABertForMultipleChoice",
+    "SSABertForQuestionAnswering",
     "SSABertForSequenceClassification",
+    "SSABertForTokenClassification",
     "SSABertModel",
     "SSALlamaConfig",
     "SSALlamaForCausalLM",
+    "SSALlamaForQuestionAnswering",
     "SSALlamaForSequenceClassification",
+    "SSALlamaForTokenClassification",
     "SSALlamaModel",
     "ScoringOptions",
     "ScoringParameters",

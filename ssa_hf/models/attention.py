@@ -413,7 +413,8 @@ def make_transformers_attention(backend: str | None):
         dense_causal = None
         scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
         dropout = dropout if module.training else 0.0
-        need_weights = bool(kwargs.get("output_attentions", False))
+        # the call's output_attentions, else the config's (transformers records weights for either)
+        need_weights = bool(kwargs.get("output_attentions", getattr(getattr(module, "config", None), "output_attentions", False)))
 
         def run(name, params, q, k, v):
             spec = get_scoring_function(name)

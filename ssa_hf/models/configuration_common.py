@@ -45,7 +45,19 @@ SCORING_CONFIG_DOC = r"""
         cosformer_length (`float`, *optional*):
             CosFormer's length scale m in cos(pi/2 * (i - j) / m), fixed; defaults to `max_position_embeddings`.
             Longer inputs are refused (the re-weighting would turn negative).
+        attn_implementation_aliases (`dict[str, str]`, *optional*):
+            What transformers' standard `attn_implementation` names run in this model, so that tools passing them
+            never get softmax in place of the configured scoring function. Defaults to
+            `{"eager": "ssa_eager", "sdpa": "ssa_auto", "flex_attention": "ssa_flex"}`; values must be ssa-hf
+            implementations (`ssa_auto`, `ssa_eager`, `ssa_flex`, `ssa_blockwise`). `output_attentions=True` is
+            accepted with `eager`, `ssa_eager` and `ssa_auto` and returns the weights of the configured function.
 """
+
+# transformers' standard attention implementation names -> the ssa-hf implementation each one runs
+STANDARD_IMPLEMENTATION_ALIASES = {"eager": "ssa_eager", "sdpa": "ssa_auto", "flex_attention": "ssa_flex"}
+SSA_IMPLEMENTATIONS = ("ssa_auto", "ssa_eager", "ssa_flex", "ssa_blockwise")
+# implementations that return attention weights (`output_attentions=True`): ssa_auto switches to eager for it
+IMPLEMENTATIONS_WITH_WEIGHTS = (None, "eager", "ssa_eager", "ssa_auto")
 
 
 @dataclass(kw_only=True)
@@ -65,6 +77,7 @@ class ScoringConfigMixin:
     entmax_alpha_init: float | int = 1.5
     entmax_alpha_learnable: bool = False
     cosformer_length: float | int | None = None
+    attn_implementation_aliases: dict[str, str] | None = None
 
     def scoring_per_head(self) -> list[str]:
         """The scoring function of each attention head."""
@@ -78,6 +91,7 @@ class ScoringConfigMixin:
 
     def validate_scoring(self) -> None:
         """Raise ValueError naming the offending field."""
+        self._validate_aliases()
         names = [self.attention_scoring] if isinstance(self.attention_scoring, str) else list(self.attention_scoring)
         if not names:
             raise ValueError("attention_scoring: empty list; give a name or one name per head")
@@ -93,6 +107,43 @@ class ScoringConfigMixin:
         except ValueError as error:
             raise ValueError(str(error)) from None
 
+    def _validate_aliases(self) -> None:
+        if self.attn_implementation_aliases is None:
+            self.attn_implementation_aliases = dict(STANDARD_IMPLEMENTATION_ALIASES)
+        aliases = self.attn_implementation_aliases
+        if not isinstance(aliases, dict) or any(v not in SSA_IMPLEMENTATIONS for v in aliases.values()):
+            raise ValueError(
+                f"attn_implementation_aliases: each standard name must map to one of {SSA_IMPLEMENTATIONS}, got {aliases!r}"
+            )
+
     @property
     def uses_softmax_only(self) -> bool:
         return all(name == "softmax" for name in self.scoring_per_head())
+
+
+def _get_output_attentions(config) -> bool:
+    return config._output_attentions
+
+
+def _set_output_attentions(config, value: bool) -> None:
+    # transformers allows this only with its "eager" (softmax); ssa-hf's eager path returns the configured weights
+    if value and config._attn_implementation is None:
+        config._attn_implementation = "eager"
+    if value and config._attn_implementation not in IMPLEMENTATIONS_WITH_WEIGHTS:
+        raise ValueError(
+            f"output_attentions=True needs attention weights, which attn_implementation={config._attn_implementation!r} "
+            f"never materialises; use 'ssa_eager' (or 'eager', which runs it)."
+        )
+    config._output_attentions = value
+
+
+def validate_output_attentions(config) -> None:
+    if config.output_attentions and config._attn_implementation not in IMPLEMENTATIONS_WITH_WEIGHTS:
+        raise ValueError(
+            f"output_attentions=True needs attention weights, which attn_implementation={config._attn_implementation!r} "
+            f"never materialises; use 'ssa_eager' (or 'eager', which runs it)."
+        )
+
+
+# set on each ssa-hf config class (they inherit transformers' property first, which allows only "eager")
+OUTPUT_ATTENTIONS = property(_get_output_attentions, _set_output_attentions, doc="Whether the model returns all attentions.")
