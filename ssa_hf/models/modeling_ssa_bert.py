@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import GenerationMixin, PreTrainedModel
 from transformers.models.roberta.modeling_roberta import (
     RobertaClassificationHead,
     RobertaForCausalLM,
@@ -55,7 +55,7 @@ class SSABertForMaskedLM(SSABertPreTrainedModel, RobertaForMaskedLM):
         self.post_init()
 
 
-class SSABertForCausalLM(SSABertPreTrainedModel, RobertaForCausalLM):
+class SSABertForCausalLM(SSABertPreTrainedModel, RobertaForCausalLM, GenerationMixin):
     """Meant for `is_decoder=True` (causal self-attention); with `add_cross_attention=True` it is the decoder of an
     encoder-decoder model (e.g. `EncoderDecoderModel`)."""
 

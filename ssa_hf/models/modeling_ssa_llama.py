@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import GenerationMixin, PreTrainedModel
 from transformers.models.llama.modeling_llama import (
     LlamaAttention,
     LlamaDecoderLayer,
@@ -52,7 +52,7 @@ class SSALlamaModel(SSALlamaPreTrainedModel, LlamaModel):
         self.post_init()
 
 
-class SSALlamaForCausalLM(SSALlamaPreTrainedModel, LlamaForCausalLM):
+class SSALlamaForCausalLM(SSALlamaPreTrainedModel, LlamaForCausalLM, GenerationMixin):  # generation as a direct base, as transformers expects
     def __init__(self, config: SSALlamaConfig):
         PreTrainedModel.__init__(self, config)
         self.model = SSALlamaModel(config)

@@ -282,3 +282,22 @@ def test_bert_decoder_with_cross_attention(scoring):
 def test_cross_attention_needs_a_decoder():
     with pytest.raises(ValueError, match="decoder"):
         ssa_hf.SSABertModel(config_for("bert", "ssa", add_cross_attention=True))
+
+
+# ---- custom 4-D masks ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scoring", SCORINGS)
+def test_custom_4d_float_mask_equals_the_2d_mask(scoring):
+    model = build("llama", scoring)
+    ids, mask = batch_for(model)
+    length = ids.shape[1]
+    keep = torch.ones(length, length, dtype=torch.bool).tril()[None, None] & mask.bool()[:, None, None, :]
+    additive = torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)
+    with torch.no_grad():
+        expected = forward(model, ids, mask).logits
+        got = model(input_ids=ids, attention_mask=additive, position_ids=(mask.cumsum(-1) - 1).clamp_min(0)).logits
+    real = mask.bool()
+    torch.testing.assert_close(got[real], expected[real], atol=2e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="float attention mask with values other than 0"):
+        model(input_ids=ids, attention_mask=additive.clamp_min(-1e4))

@@ -2,12 +2,13 @@
 against SSALlama and SSABert, with attention_scoring "ssa" and "softmax".
 
 Thin adapter: the upstream test classes are subclassed and their model testers pointed at our classes; no test body
-is copied. Tests that cannot pass by design are listed with their reason in EXCLUDED (docs/transformers_compat.md
-explains each). Run: `pytest -m transformers_common tests/transformers_compat` (see docs/transformers_compat.md).
+is copied. Tests that cannot pass by design are skipped (DELIBERATE) and failures owned by another issue are
+expected (ELSEWHERE), each with its reason (docs/transformers_compat.md explains them). Run: `pytest -m transformers_common tests/transformers_compat` (see docs/transformers_compat.md).
 """
 
 from __future__ import annotations
 
+import functools
 import types
 
 import pytest
@@ -29,8 +30,19 @@ configuration_tests = upstream.module("test_configuration_common")
 
 SCORINGS = ("ssa", "softmax")
 
-# Tests that fail for our classes by design, {test name: reason}; each is explained in docs/transformers_compat.md.
-EXCLUDED: dict[str, str] = {}
+# Tests that cannot pass by design, {test name: reason} (docs/transformers_compat.md explains each); skipped.
+DELIBERATE: dict[str, str] = {
+    "test_can_set_attention_dynamically": "config._attn_implementation names the ssa-hf implementation that runs "
+    "('ssa_eager' for 'eager', 'ssa_auto' for 'sdpa'), not the standard name the test expects",
+    "test_sdpa_can_dispatch_non_composite_models": "config._attn_implementation is 'ssa_auto'/'ssa_eager' for a "
+    "request of 'sdpa'/'eager' (the test asserts the standard names)",
+}
+# Failures owned by another issue (compile/export: the fused-kernel issue), {test name: reason}; expected to fail
+# until that work lands (xfail, not strict: they may start passing there).
+ELSEWHERE: dict[str, str] = {
+    "test_generate_compile_model_forward_fullgraph": "torch.compile(fullgraph=True) through the ssa-hf attention "
+    "(fused-kernel issue)",
+}
 
 # transformers' name tables that ModelTesterMixin reads to decide which class is a base model and which heads take
 # labels; our classes are registered with the Auto classes but not in these static tables
@@ -59,9 +71,23 @@ def _our_classes_in_transformers_name_tables():
         del table[key]
 
 
-def _with_exclusions(namespace: dict) -> dict:
-    for name, reason in EXCLUDED.items():
-        namespace[name] = pytest.mark.skip(reason=f"deliberate difference: {reason}")(lambda self: None)
+def _marked(base: type, name: str, mark) -> types.FunctionType:
+    original = getattr(base, name)
+
+    @functools.wraps(original)
+    def test(self, *args, **kwargs):
+        return original(self, *args, **kwargs)
+
+    return mark(test)
+
+
+def _with_exclusions(base: type, namespace: dict) -> dict:
+    for name, reason in DELIBERATE.items():
+        if hasattr(base, name):
+            namespace[name] = _marked(base, name, pytest.mark.skip(reason=f"deliberate difference: {reason}"))
+    for name, reason in ELSEWHERE.items():
+        if hasattr(base, name):
+            namespace[name] = _marked(base, name, pytest.mark.xfail(reason=reason, strict=False))
     return namespace
 
 
@@ -99,7 +125,7 @@ def _llama_case(scoring: str) -> type:
         "token_classification_class": ssa_hf.SSALlamaForTokenClassification,
         "attention_scoring": scoring,  # a config argument: get_config passes tester attributes named like them
     })
-    return type(f"TestSSALlama{scoring.title()}Common", (llama_tests.LlamaModelTest,), _with_exclusions({
+    return type(f"TestSSALlama{scoring.title()}Common", (llama_tests.LlamaModelTest,), _with_exclusions(llama_tests.LlamaModelTest, {
         "model_tester_class": tester,
         "pipeline_model_mapping": {},  # pipeline tests need Hub checkpoints (tiny_model_summary.json)
         "_torch_compile_train_cls": ssa_hf.SSALlamaForCausalLM,
@@ -134,7 +160,7 @@ def _bert_case(scoring: str) -> type:
         self.model_tester = tester(self)
         self.config_tester = configuration_tests.ConfigTester(self, config_class=ssa_hf.SSABertConfig, hidden_size=32)
 
-    return _pointed_at(roberta_tests.RobertaModelTest, _BERT_CLASSES, f"TestSSABert{scoring.title()}Common", _with_exclusions({
+    return _pointed_at(roberta_tests.RobertaModelTest, _BERT_CLASSES, f"TestSSABert{scoring.title()}Common", _with_exclusions(roberta_tests.RobertaModelTest, {
         "setUp": set_up,
         "all_model_classes": tuple(_BERT_CLASSES[c.__name__] for c in roberta_tests.RobertaModelTest.all_model_classes),
         "pipeline_model_mapping": {},
