@@ -37,6 +37,11 @@ DELIBERATE: dict[str, str] = {
     "test_sdpa_can_dispatch_non_composite_models": "config._attn_implementation is 'ssa_auto'/'ssa_eager' for a "
     "request of 'sdpa'/'eager' (the test asserts the standard names)",
 }
+# Upstream tests that fail for the stock class too, {test name: reason} (skipped; RoBERTa only).
+UPSTREAM_FLAKY_ROBERTA: dict[str, str] = {
+    "test_inputs_embeds_matches_input_ids": "fails for RobertaModelTest itself in about half the runs: the git-era "
+    "RoBERTa test does not pass position_ids that the 5.24 mixin expects (see the folder's SOURCE.md)",
+}
 # Failures owned by another issue (compile/export: the fused-kernel issue), {test name: reason}; expected to fail
 # until that work lands (xfail, not strict: they may start passing there).
 ELSEWHERE: dict[str, str] = {
@@ -81,7 +86,9 @@ def _marked(base: type, name: str, mark) -> types.FunctionType:
     return mark(test)
 
 
-def _with_exclusions(base: type, namespace: dict) -> dict:
+def _with_exclusions(base: type, namespace: dict, upstream_flaky: dict | None = None) -> dict:
+    for name, reason in (upstream_flaky or {}).items():
+        namespace[name] = _marked(base, name, pytest.mark.skip(reason=f"upstream: {reason}"))
     for name, reason in DELIBERATE.items():
         if hasattr(base, name):
             namespace[name] = _marked(base, name, pytest.mark.skip(reason=f"deliberate difference: {reason}"))
@@ -164,7 +171,7 @@ def _bert_case(scoring: str) -> type:
         "setUp": set_up,
         "all_model_classes": tuple(_BERT_CLASSES[c.__name__] for c in roberta_tests.RobertaModelTest.all_model_classes),
         "pipeline_model_mapping": {},
-    }))
+    }, UPSTREAM_FLAKY_ROBERTA))
 
 
 for _scoring in SCORINGS:
