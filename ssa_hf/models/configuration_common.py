@@ -55,7 +55,6 @@ SCORING_CONFIG_DOC = r"""
 
 # transformers' standard attention implementation names -> the ssa-hf implementation each one runs
 STANDARD_IMPLEMENTATION_ALIASES = {"eager": "ssa_eager", "sdpa": "ssa_auto", "flex_attention": "ssa_flex"}
-SSA_IMPLEMENTATIONS = ("ssa_auto", "ssa_eager", "ssa_flex", "ssa_blockwise")
 # implementations that return attention weights (`output_attentions=True`): ssa_auto switches to eager for it
 IMPLEMENTATIONS_WITH_WEIGHTS = (None, "eager", "ssa_eager", "ssa_auto")
 
@@ -108,12 +107,14 @@ class ScoringConfigMixin:
             raise ValueError(str(error)) from None
 
     def _validate_aliases(self) -> None:
+        from .attention import IMPLEMENTATIONS
+
         if self.attn_implementation_aliases is None:
             self.attn_implementation_aliases = dict(STANDARD_IMPLEMENTATION_ALIASES)
         aliases = self.attn_implementation_aliases
-        if not isinstance(aliases, dict) or any(v not in SSA_IMPLEMENTATIONS for v in aliases.values()):
+        if not isinstance(aliases, dict) or any(v not in IMPLEMENTATIONS for v in aliases.values()):
             raise ValueError(
-                f"attn_implementation_aliases: each standard name must map to one of {SSA_IMPLEMENTATIONS}, got {aliases!r}"
+                f"attn_implementation_aliases: each standard name must map to one of {list(IMPLEMENTATIONS)}, got {aliases!r}"
             )
 
     @property
@@ -129,19 +130,19 @@ def _set_output_attentions(config, value: bool) -> None:
     # transformers allows this only with its "eager" (softmax); ssa-hf's eager path returns the configured weights
     if value and config._attn_implementation is None:
         config._attn_implementation = "eager"
-    if value and config._attn_implementation not in IMPLEMENTATIONS_WITH_WEIGHTS:
-        raise ValueError(
-            f"output_attentions=True needs attention weights, which attn_implementation={config._attn_implementation!r} "
-            f"never materialises; use 'ssa_eager' (or 'eager', which runs it)."
-        )
+    _check_weights_available(config._attn_implementation, value)
     config._output_attentions = value
 
 
 def validate_output_attentions(config) -> None:
-    if config.output_attentions and config._attn_implementation not in IMPLEMENTATIONS_WITH_WEIGHTS:
+    _check_weights_available(config._attn_implementation, config.output_attentions)
+
+
+def _check_weights_available(implementation: str | None, output_attentions: bool) -> None:
+    if output_attentions and implementation not in IMPLEMENTATIONS_WITH_WEIGHTS:
         raise ValueError(
-            f"output_attentions=True needs attention weights, which attn_implementation={config._attn_implementation!r} "
-            f"never materialises; use 'ssa_eager' (or 'eager', which runs it)."
+            f"output_attentions=True needs attention weights, which attn_implementation={implementation!r} never "
+            f"materialises; use 'ssa_eager' (or 'eager', which runs it) or the default 'ssa_auto'."
         )
 
 
