@@ -26,10 +26,11 @@ _PUBLIC = {
     ),
     "SSABertConfig": ".models.configuration_ssa_bert",
     "SSALlamaConfig": ".models.configuration_ssa_llama",
-    **dict.fromkeys(["SSABertForMaskedLM", "SSABertForSequenceClassification", "SSABertModel"],
-                    ".models.modeling_ssa_bert"),
-    **dict.fromkeys(["SSALlamaForCausalLM", "SSALlamaForSequenceClassification", "SSALlamaModel"],
-                    ".models.modeling_ssa_llama"),
+    **dict.fromkeys(["SSABertForCausalLM", "SSABertForMaskedLM", "SSABertForMultipleChoice",
+                     "SSABertForQuestionAnswering", "SSABertForSequenceClassification", "SSABertForTokenClassification",
+                     "SSABertModel"], ".models.modeling_ssa_bert"),
+    **dict.fromkeys(["SSALlamaForCausalLM", "SSALlamaForQuestionAnswering", "SSALlamaForSequenceClassification",
+                     "SSALlamaForTokenClassification", "SSALlamaModel"], ".models.modeling_ssa_llama"),
 }
 _SUBPACKAGES = {"cli", "commands", "data", "demo", "evaluation", "hub", "icl", "models", "presets", "reporting",
                 "train"}

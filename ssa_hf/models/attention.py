@@ -450,17 +450,26 @@ def _module_scoring(module) -> ScoringModule:
     return scoring
 
 
+def _keep_mask(additive: Tensor) -> Tensor:
+    """A boolean mask from a float one given to the model as a custom 4-D mask (transformers passes those as they
+    are): 0 = attend, -inf or the dtype's minimum = masked. Any other bias cannot be applied exactly to a scoring
+    function that is not shift-invariant, so it is refused."""
+    masked = additive <= torch.finfo(additive.dtype).min / 2
+    if not ((additive == 0) | masked).all():
+        raise ValueError(
+            "ssa-hf attention received a float attention mask with values other than 0 (attend) and -inf or the "
+            "dtype's minimum (masked). Scoring functions other than softmax are not shift-invariant, so a finite bias "
+            "cannot be applied as masking: pass a boolean mask (True = attend) or a 0/-inf one."
+        )
+    return ~masked
+
+
 def make_transformers_attention(backend: str | None):
     """An `AttentionInterface` function running the module's scoring function on `backend` (None = auto)."""
 
     def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
         scoring = _module_scoring(module)
-        if attention_mask is not None and attention_mask.dtype != torch.bool:
-            raise ValueError(
-                "ssa-hf attention received a float mask; it needs the boolean mask of its own mask function. "
-                "Was the model's attention implementation changed without `set_attn_implementation`?"
-            )
-        mask = attention_mask
+        mask = attention_mask if attention_mask is None or attention_mask.dtype == torch.bool else _keep_mask(attention_mask)
         # no mask from a causal model with several queries: transformers skipped a purely causal mask (no
         # padding, as many queries as keys), so top-left causal is exact; blockwise and flex take it as is
         causal_only = mask is None and getattr(module, "is_causal", False) and query.shape[2] > 1
@@ -469,7 +478,8 @@ def make_transformers_attention(backend: str | None):
         dense_causal = None
         scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
         dropout = dropout if module.training else 0.0
-        need_weights = bool(kwargs.get("output_attentions", False))
+        # the call's output_attentions, else the config's (transformers records weights for either)
+        need_weights = bool(kwargs.get("output_attentions", getattr(getattr(module, "config", None), "output_attentions", False)))
 
         def run(name, params, q, k, v):
             spec = get_scoring_function(name)

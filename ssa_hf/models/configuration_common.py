@@ -51,10 +51,21 @@ SCORING_CONFIG_DOC = r"""
         sigmoid_length (`float`, *optional*):
             n in the bias -log(n) of `attention_scoring="sigmoid"` (Ramapuram et al. 2024: one sequence length for
             every row, causal rows included); defaults to `max_position_embeddings`. Set it to the training length.
+        attn_implementation_aliases (`dict[str, str]`, *optional*):
+            What transformers' standard `attn_implementation` names run in this model, so that tools passing them
+            never get softmax in place of the configured scoring function. Defaults to
+            `{"eager": "ssa_eager", "sdpa": "ssa_auto", "flex_attention": "ssa_flex"}`; values must be ssa-hf
+            implementations (`ssa_auto`, `ssa_eager`, `ssa_flex`, `ssa_blockwise`). `output_attentions=True` is
+            accepted with `eager`, `ssa_eager` and `ssa_auto` and returns the weights of the configured function.
 
         Every numeric field must be a finite number in its range (the positive ones are bounded so that they
         survive a cast of the model to float16); the config raises a `ValueError` naming the field and the range.
 """
+
+# transformers' standard attention implementation names -> the ssa-hf implementation each one runs
+STANDARD_IMPLEMENTATION_ALIASES = {"eager": "ssa_eager", "sdpa": "ssa_auto", "flex_attention": "ssa_flex"}
+# implementations that return attention weights (`output_attentions=True`): ssa_auto switches to eager for it
+IMPLEMENTATIONS_WITH_WEIGHTS = (None, "eager", "ssa_eager", "ssa_auto")
 
 
 @dataclass(kw_only=True)
@@ -75,6 +86,7 @@ class ScoringConfigMixin:
     entmax_alpha_learnable: bool = False
     cosformer_length: float | int | None = None
     sigmoid_length: float | int | None = None
+    attn_implementation_aliases: dict[str, str] | None = None
 
     def scoring_per_head(self) -> list[str]:
         """The scoring function of each attention head."""
@@ -88,6 +100,7 @@ class ScoringConfigMixin:
 
     def validate_scoring(self) -> None:
         """Raise ValueError naming the offending field."""
+        self._validate_aliases()
         names = [self.attention_scoring] if isinstance(self.attention_scoring, str) else list(self.attention_scoring)
         if not names:
             raise ValueError("attention_scoring: empty list; give a name or one name per head")
@@ -106,6 +119,45 @@ class ScoringConfigMixin:
         except ValueError as error:
             raise ValueError(str(error)) from None
 
+    def _validate_aliases(self) -> None:
+        from .attention import IMPLEMENTATIONS
+
+        if self.attn_implementation_aliases is None:
+            self.attn_implementation_aliases = dict(STANDARD_IMPLEMENTATION_ALIASES)
+        aliases = self.attn_implementation_aliases
+        if not isinstance(aliases, dict) or any(v not in IMPLEMENTATIONS for v in aliases.values()):
+            raise ValueError(
+                f"attn_implementation_aliases: each standard name must map to one of {list(IMPLEMENTATIONS)}, got {aliases!r}"
+            )
+
     @property
     def uses_softmax_only(self) -> bool:
         return all(name == "softmax" for name in self.scoring_per_head())
+
+
+def _get_output_attentions(config) -> bool:
+    return config._output_attentions
+
+
+def _set_output_attentions(config, value: bool) -> None:
+    # transformers allows this only with its "eager" (softmax); ssa-hf's eager path returns the configured weights
+    if value and config._attn_implementation is None:
+        config._attn_implementation = "eager"
+    _check_weights_available(config._attn_implementation, value)
+    config._output_attentions = value
+
+
+def validate_output_attentions(config) -> None:
+    _check_weights_available(config._attn_implementation, config.output_attentions)
+
+
+def _check_weights_available(implementation: str | None, output_attentions: bool) -> None:
+    if output_attentions and implementation not in IMPLEMENTATIONS_WITH_WEIGHTS:
+        raise ValueError(
+            f"output_attentions=True needs attention weights, which attn_implementation={implementation!r} never "
+            f"materialises; use 'ssa_eager' (or 'eager', which runs it) or the default 'ssa_auto'."
+        )
+
+
+# set on each ssa-hf config class (they inherit transformers' property first, which allows only "eager")
+OUTPUT_ATTENTIONS = property(_get_output_attentions, _set_output_attentions, doc="Whether the model returns all attentions.")

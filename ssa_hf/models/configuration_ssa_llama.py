@@ -5,7 +5,7 @@ from __future__ import annotations
 from huggingface_hub.dataclasses import strict
 from transformers import LlamaConfig
 
-from .configuration_common import SCORING_CONFIG_DOC, ScoringConfigMixin
+from .configuration_common import OUTPUT_ATTENTIONS, SCORING_CONFIG_DOC, ScoringConfigMixin, validate_output_attentions
 
 
 @strict
@@ -21,9 +21,10 @@ class SSALlamaConfig(LlamaConfig, ScoringConfigMixin):
             experiments).
     """ + SCORING_CONFIG_DOC + r"""
     The attention implementation defaults to `"ssa_auto"` (the best ssa-hf backend for the device and for whether
-    gradients are needed); `"ssa_eager"`, `"ssa_flex"` and `"ssa_blockwise"` pick one. transformers' own
-    implementations (`"eager"`, `"sdpa"`, `"flex_attention"`, ...) run softmax, so they are accepted only with
-    `attention_scoring="softmax"`.
+    gradients are needed); `"ssa_eager"`, `"ssa_flex"` and `"ssa_blockwise"` pick one. transformers' standard names
+    run ssa-hf's own implementation of the configured function (`attn_implementation_aliases`: `"eager"` ->
+    `"ssa_eager"`, `"sdpa"` -> `"ssa_auto"`, `"flex_attention"` -> `"ssa_flex"`); its other implementations (flash,
+    paged) run softmax and are accepted only with `attention_scoring="softmax"`.
 
     Example:
     ```python
@@ -36,6 +37,9 @@ class SSALlamaConfig(LlamaConfig, ScoringConfigMixin):
 
     model_type = "ssa_llama"
     attention_only: bool = False
+
+    output_attentions = OUTPUT_ATTENTIONS
+    validate_output_attentions = validate_output_attentions
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)

@@ -1,18 +1,29 @@
-"""What every ssa-hf model class shares: the scoring parameters on each attention module, the default attention
-implementation, and the checks that keep a model from silently running softmax.
+"""What every ssa-hf model class shares: the scoring parameters on each attention module, the attention
+implementation (transformers' standard names mapped onto ssa-hf's own), the initialisation of the scoring
+parameters, and the load-time check of their values.
 
 Part of the remote-code unit: imports only torch, transformers and siblings.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+
+import torch
 from torch import nn
 
-from .attention import DEFAULT_IMPLEMENTATION, IMPLEMENTATIONS, BACKENDS, register_with_transformers
+from .attention import BACKENDS, DEFAULT_IMPLEMENTATION, IMPLEMENTATIONS, register_with_transformers
 from .mixture import MixedScoringParameters
-from .scoring import ScoringModule, ScoringParameters, get_scoring_function
+from .scoring import ConstrainedParameter, ScoringParameters, get_scoring_function
 
 register_with_transformers()
+
+logger = logging.getLogger("ssa_hf")
+
+# what each scoring parameter must satisfy, checked when a checkpoint is loaded: (lower bound, bound included)
+_PARAMETER_BOUNDS = {"b": (0.0, False), "n": (1.0, True), "t": (0.0, False), "s": (0.0, False), "m": (0.0, False),
+                     "alpha": (1.0, False)}
 
 
 def attach_scoring(attention: nn.Module, config) -> None:
@@ -22,11 +33,30 @@ def attach_scoring(attention: nn.Module, config) -> None:
         attention.scoring = MixedScoringParameters(names, config.scoring_options())
     else:
         attention.scoring = ScoringParameters(names[0], config.num_attention_heads, config.scoring_options())
+    # each parameter knows its configured value, so that `_init_weights` can set it on its own (transformers
+    # initialises missing weights module by module, and ScoringParameters holds no tensor itself)
+    for group in attention.scoring.modules():
+        if isinstance(group, ScoringParameters):
+            initial = group.initial_values()
+            for name, parameter in group.params.items():
+                parameter.initial_value = initial[name]
 
 
-def check_implementation(config, implementation: str | None) -> str:
-    """The attention implementation to use, or a ValueError that says what to change."""
-    implementation = implementation or DEFAULT_IMPLEMENTATION
+def resolve_implementation(config, requested: str | None) -> str:
+    """The ssa-hf implementation that a requested `attn_implementation` name runs (standard names mapped)."""
+    implementation = requested or DEFAULT_IMPLEMENTATION
+    aliases = getattr(config, "attn_implementation_aliases", None) or {}
+    return aliases.get(implementation, implementation)
+
+
+def check_implementation(config, requested: str | None) -> str:
+    """The attention implementation to use, or a ValueError that says what to change.
+
+    transformers' standard names run ssa-hf's own implementation of the configured scoring function
+    (`config.attn_implementation_aliases`: eager -> ssa_eager, sdpa -> ssa_auto, flex_attention -> ssa_flex); other
+    transformers implementations (flash, paged, kernels) run softmax and are accepted only for softmax models.
+    """
+    implementation = resolve_implementation(config, requested)
     names = sorted(set(config.scoring_per_head()))
     if implementation in IMPLEMENTATIONS:
         backend = IMPLEMENTATIONS[implementation]
@@ -36,43 +66,99 @@ def check_implementation(config, implementation: str | None) -> str:
                 # a static check (gradients and device are known only at call time)
                 reason = BACKENDS[backend].refuses(spec, False, _cuda_or_cpu(backend), 0.0)
                 if reason:
+                    shown = implementation if implementation == requested else f"{requested!r} (-> {implementation!r})"
                     raise ValueError(
-                        f"attn_implementation={implementation!r} cannot run attention_scoring={name!r}: {reason}. "
+                        f"attn_implementation={shown} cannot run attention_scoring={name!r}: {reason}. "
                         f"Use attn_implementation='ssa_auto' or 'ssa_eager'."
                     )
+        if requested not in (None, implementation) and requested not in IMPLEMENTATIONS:
+            logger.info("attn_implementation=%r runs ssa-hf's %r (attention_scoring=%r)", requested, implementation,
+                        config.attention_scoring)
         return implementation
     if names != ["softmax"]:
         raise ValueError(
             f"attn_implementation={implementation!r} is transformers' own softmax attention and cannot run "
             f"attention_scoring={config.attention_scoring!r}. Use one of {list(IMPLEMENTATIONS)} (default "
-            f"{DEFAULT_IMPLEMENTATION!r}), or set attention_scoring='softmax' for a softmax model."
+            f"{DEFAULT_IMPLEMENTATION!r}) or a standard name they stand for ({sorted(config.attn_implementation_aliases)}), "
+            f"or set attention_scoring='softmax' for a softmax model."
         )
     return implementation
 
 
 def _cuda_or_cpu(backend: str):
-    import torch
-
     return torch.device("cuda" if backend == "flex" and torch.cuda.is_available() else "cpu")
 
 
+def _check_scoring_runs(model, args) -> None:
+    # a forward pre-hook: a config edited by hand (`config._attn_implementation = "sdpa"`) is caught too
+    model.assert_scoring_runs()
+
+
+def scoring_parameter_problems(model: nn.Module) -> list[str]:
+    """Every scoring parameter whose value is not finite or out of its range, as 'module.name: reason' lines."""
+    problems = []
+    for path, module in model.named_modules():
+        if not isinstance(module, ScoringParameters):
+            continue
+        values = module()
+        enforced = module.options.ssa_parametrization != "exp"
+        for name, value in values.items():
+            value = value.detach().double().cpu()
+            bound, included = _PARAMETER_BOUNDS.get(name, (-math.inf, True))
+            if name == "n" and not enforced and module.params[name].learnable:
+                bound, included = 0.0, False  # the exp parametrisation does not enforce n >= 1, only n > 0
+            if not torch.isfinite(value).all():
+                problems.append(f"{path}.{name}: not finite, got {value.tolist()}")
+            elif (value < bound).any() or (not included and (value == bound).any()):
+                relation = ">=" if included else ">"
+                problems.append(f"{path}.{name}: must be {relation} {bound}, got {value.tolist()}")
+    return problems
+
+
 class SSAModelMixin:
-    """Mixed into each ssa-hf PreTrainedModel: defaults to `ssa_auto` and refuses implementations that would run
-    softmax in place of the configured scoring function (also after from_pretrained and set_attn_implementation)."""
+    """Mixed into each ssa-hf PreTrainedModel: runs the configured scoring function whatever attention
+    implementation name is asked for (or refuses), initialises the scoring parameters to their configured values,
+    and checks them when a checkpoint is loaded."""
+
+    def post_init(self):
+        super().post_init()
+        if not getattr(self, "_ssa_forward_check", False):
+            self.register_forward_pre_hook(_check_scoring_runs)
+            self._ssa_forward_check = True
 
     def get_correct_attn_implementation(self, requested_attention: str | None, is_init_check: bool = False) -> str:
         implementation = check_implementation(self.config, requested_attention)
         return super().get_correct_attn_implementation(implementation, is_init_check)
 
     def assert_scoring_runs(self) -> None:
-        """Called on every forward: a config edited by hand (`config._attn_implementation = "sdpa"`) is caught too."""
         check_implementation(self.config, self.config._attn_implementation)
 
     def _init_weights(self, module):
-        if isinstance(module, ScoringModule):
-            module.reset_parameters()
+        if isinstance(module, ConstrainedParameter):
+            tensor = module.raw if module.learnable else module.value
+            # loaded tensors carry transformers' flag: only missing ones are set
+            if not getattr(tensor, "_is_hf_initialized", False):
+                module.reset(module.initial_value)
             return
         super()._init_weights(module)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        loaded = super().from_pretrained(*args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        model.validate_scoring_parameters(source=args[0] if args else kwargs.get("pretrained_model_name_or_path"))
+        return loaded
+
+    def validate_scoring_parameters(self, source=None) -> None:
+        """Raise ValueError naming every layer whose scoring parameters are not finite or out of range."""
+        problems = scoring_parameter_problems(self)
+        if problems:
+            where = f" loaded from {source}" if source is not None else ""
+            raise ValueError(
+                f"Invalid scoring parameters in {type(self).__name__}{where} (b > 0, n >= 1, t, s, m > 0, alpha > 1, "
+                f"all finite):\n  " + "\n  ".join(problems)
+                + "\nThe checkpoint is damaged or was edited; retrain or restore these values."
+            )
 
     def scoring_parameters(self) -> dict[str, dict[str, list[float]]]:
         """Current values of every scoring parameter, keyed by module path, e.g. {"model.layers.0.self_attn.scoring":

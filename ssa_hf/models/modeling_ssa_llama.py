@@ -1,6 +1,6 @@
 """SSALlama: transformers' Llama decoder with a selectable attention scoring function (SSA by default).
 
-The layers are Llama's own; each attention module carries its scoring parameters (`self_attn.scoring`) and the
+The layers and heads are Llama's own (with their forward signatures); each attention module carries its scoring parameters (`self_attn.scoring`) and the
 attention call goes through transformers' AttentionInterface to an ssa-hf implementation (`ssa_auto` by default).
 Part of the remote-code unit: imports only torch, transformers and siblings, so a saved checkpoint loads with
 `trust_remote_code=True` where ssa-hf is not installed.
@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import GenerationMixin, PreTrainedModel
 from transformers.models.llama.modeling_llama import (
     LlamaAttention,
     LlamaDecoderLayer,
     LlamaForCausalLM,
+    LlamaForQuestionAnswering,
     LlamaForSequenceClassification,
+    LlamaForTokenClassification,
     LlamaModel,
     LlamaPreTrainedModel,
 )
@@ -49,12 +51,8 @@ class SSALlamaModel(SSALlamaPreTrainedModel, LlamaModel):
                 layer.post_attention_layernorm = nn.Identity()
         self.post_init()
 
-    def forward(self, *args, **kwargs):
-        self.assert_scoring_runs()
-        return super().forward(*args, **kwargs)
 
-
-class SSALlamaForCausalLM(SSALlamaPreTrainedModel, LlamaForCausalLM):
+class SSALlamaForCausalLM(SSALlamaPreTrainedModel, LlamaForCausalLM, GenerationMixin):  # generation as a direct base, as transformers expects
     def __init__(self, config: SSALlamaConfig):
         PreTrainedModel.__init__(self, config)
         self.model = SSALlamaModel(config)
@@ -72,4 +70,30 @@ class SSALlamaForSequenceClassification(SSALlamaPreTrainedModel, LlamaForSequenc
         self.post_init()
 
 
-__all__ = ["SSALlamaPreTrainedModel", "SSALlamaModel", "SSALlamaForCausalLM", "SSALlamaForSequenceClassification"]
+class SSALlamaForQuestionAnswering(SSALlamaPreTrainedModel, LlamaForQuestionAnswering):
+    def __init__(self, config: SSALlamaConfig):
+        PreTrainedModel.__init__(self, config)
+        self.model = SSALlamaModel(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+
+class SSALlamaForTokenClassification(SSALlamaPreTrainedModel, LlamaForTokenClassification):
+    def __init__(self, config: SSALlamaConfig):
+        PreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.model = SSALlamaModel(config)
+        dropout = getattr(config, "classifier_dropout", None)
+        self.dropout = nn.Dropout(0.1 if dropout is None else dropout)
+        self.score = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+
+__all__ = [
+    "SSALlamaPreTrainedModel",
+    "SSALlamaModel",
+    "SSALlamaForCausalLM",
+    "SSALlamaForSequenceClassification",
+    "SSALlamaForQuestionAnswering",
+    "SSALlamaForTokenClassification",
+]

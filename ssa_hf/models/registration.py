@@ -11,24 +11,47 @@ from transformers import (
     AutoModel,
     AutoModelForCausalLM,
     AutoModelForMaskedLM,
+    AutoModelForMultipleChoice,
+    AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
 )
 
 from .configuration_ssa_bert import SSABertConfig
 from .configuration_ssa_llama import SSALlamaConfig
-from .modeling_ssa_bert import SSABertForMaskedLM, SSABertForSequenceClassification, SSABertModel
-from .modeling_ssa_llama import SSALlamaForCausalLM, SSALlamaForSequenceClassification, SSALlamaModel
+from .modeling_ssa_bert import (
+    SSABertForCausalLM,
+    SSABertForMaskedLM,
+    SSABertForMultipleChoice,
+    SSABertForQuestionAnswering,
+    SSABertForSequenceClassification,
+    SSABertForTokenClassification,
+    SSABertModel,
+)
+from .modeling_ssa_llama import (
+    SSALlamaForCausalLM,
+    SSALlamaForQuestionAnswering,
+    SSALlamaForSequenceClassification,
+    SSALlamaForTokenClassification,
+    SSALlamaModel,
+)
 
 AUTO_CLASSES = {
     SSALlamaConfig: {
         AutoModel: SSALlamaModel,
         AutoModelForCausalLM: SSALlamaForCausalLM,
         AutoModelForSequenceClassification: SSALlamaForSequenceClassification,
+        AutoModelForQuestionAnswering: SSALlamaForQuestionAnswering,
+        AutoModelForTokenClassification: SSALlamaForTokenClassification,
     },
     SSABertConfig: {
         AutoModel: SSABertModel,
         AutoModelForMaskedLM: SSABertForMaskedLM,
+        AutoModelForCausalLM: SSABertForCausalLM,
         AutoModelForSequenceClassification: SSABertForSequenceClassification,
+        AutoModelForTokenClassification: SSABertForTokenClassification,
+        AutoModelForMultipleChoice: SSABertForMultipleChoice,
+        AutoModelForQuestionAnswering: SSABertForQuestionAnswering,
     },
 }
 

@@ -357,11 +357,19 @@ def test_torch_compile_forward_and_backward():
         torch.testing.assert_close(p.grad, e.grad, atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
 
 
-@pytest.mark.parametrize("implementation", ["ssa_flex", "ssa_blockwise", "sdpa", "eager"])
+@pytest.mark.parametrize("implementation", ["ssa_flex", "ssa_blockwise", "flex_attention"])
 def test_implementations_that_cannot_run_linear_attention_are_refused(implementation):
     config = llama_config(attention_scoring="linear")
     with pytest.raises(ValueError, match="cannot run attention_scoring"):
         AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=implementation)
+
+
+@pytest.mark.parametrize("requested,runs", [("sdpa", "ssa_auto"), ("eager", "ssa_eager")])
+def test_standard_names_run_linear_attention(requested, runs):
+    model = AutoModelForCausalLM.from_config(llama_config(attention_scoring="linear"), attn_implementation=requested)
+    assert model.config._attn_implementation == runs
+    with torch.no_grad():
+        assert torch.isfinite(model(input_ids=torch.randint(5, 50, (2, 9))).logits).all()
 
 
 @pytest.mark.parametrize("family", ["llama", "bert"])

@@ -1,0 +1,103 @@
+"""Loading checkpoints whose scoring parameters are missing or damaged (issue 14): missing ones start at their
+configured values (never uninitialised memory), and non-finite or out-of-range ones are refused, naming the layer."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+
+from .tiny import build
+
+AUTO = {"llama": AutoModelForCausalLM, "bert": AutoModelForMaskedLM}
+MIXTURE = ["ssa", "temperature", "ssa", "softmax"]
+
+
+def _rewrite_weights(folder, edit):
+    weights = load_file(folder / "model.safetensors")
+    save_file(edit(weights), folder / "model.safetensors", metadata={"format": "pt"})
+
+
+def _expected_initial(model):
+    """What every scoring parameter must be after a missing-key load: its configured value, per head."""
+    config = model.config
+    init = {"b": config.ssa_b_init, "n": config.ssa_n_init, "t": config.temperature_init}
+    return {layer: {name: [init[name]] * len(values) for name, values in params.items()}
+            for layer, params in model.scoring_parameters().items()}
+
+
+@pytest.mark.parametrize("trust_remote_code", [False, True], ids=["installed", "remote-code"])
+@pytest.mark.parametrize("scoring", ["ssa", MIXTURE], ids=["ssa", "mixture"])
+@pytest.mark.parametrize("family", ["llama", "bert"])
+def test_missing_scoring_parameters_start_at_their_configured_values(family, scoring, trust_remote_code, tmp_path):
+    model = build(family, scoring, ssa_b_init=0.7, ssa_n_init=2.5, temperature_init=1.3)
+    with torch.no_grad():  # trained values, so that a stale copy could not pass for the initial ones
+        for name, p in model.named_parameters():
+            if ".scoring." in name:
+                p.add_(0.9)
+    model.save_pretrained(tmp_path)
+    _rewrite_weights(tmp_path, lambda w: {k: v for k, v in w.items() if ".scoring." not in k})
+    loaded = AUTO[family].from_pretrained(tmp_path, trust_remote_code=trust_remote_code)
+    values = loaded.scoring_parameters()
+    assert values and values.keys() == model.scoring_parameters().keys()
+    expected = _expected_initial(loaded)
+    for layer, params in values.items():
+        for name, got in params.items():
+            assert got == pytest.approx(expected[layer][name], rel=1e-5), f"{layer}.{name}"
+    # and the other weights were loaded, not re-initialised
+    assert torch.equal(loaded.get_input_embeddings().weight, model.get_input_embeddings().weight)
+
+
+BAD_RAW = [(float("nan"), "not finite"), (float("inf"), "not finite"), (-1e4, "must be > 0")]
+
+
+@pytest.mark.parametrize("value,message", BAD_RAW, ids=["nan", "inf", "underflow-to-zero"])
+@pytest.mark.parametrize("family", ["llama", "bert"])
+def test_non_finite_or_out_of_range_learnable_b_is_refused_naming_the_layer(family, value, message, tmp_path):
+    build(family, "ssa").save_pretrained(tmp_path)
+
+    def damage(weights):
+        key = next(k for k in sorted(weights) if k.endswith("scoring.params.b.raw") and ".1." in k)
+        weights[key][2] = value  # softplus(-1e4) = 0: b must stay > 0
+        return weights
+
+    _rewrite_weights(tmp_path, damage)
+    with pytest.raises(ValueError, match=rf"layers?\.1\..*scoring\.b: {message}"):
+        AUTO[family].from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("name,value,message", [("b", -0.5, "must be > 0"), ("n", 0.5, "must be >= 1"),
+                                                ("n", math.inf, "not finite")])
+def test_fixed_parameters_out_of_range_are_refused(name, value, message, tmp_path):
+    build("llama", "ssa", ssa_learn_b=False, ssa_learn_n=False).save_pretrained(tmp_path)
+
+    def damage(weights):
+        key = next(k for k in sorted(weights) if k.endswith(f"scoring.params.{name}.value"))
+        weights[key][0] = value
+        return weights
+
+    _rewrite_weights(tmp_path, damage)
+    with pytest.raises(ValueError, match=rf"model\.layers\.0\.self_attn\.scoring\.{name}: {message}"):
+        AutoModelForCausalLM.from_pretrained(tmp_path)
+
+
+def test_exp_parametrisation_allows_n_below_one(tmp_path):
+    """The authors' exp parametrisation does not enforce n >= 1 (docs): such a checkpoint loads."""
+    model = build("llama", "ssa", ssa_parametrization="exp")
+    with torch.no_grad():
+        model.model.layers[0].self_attn.scoring.params["n"].raw.fill_(-0.2)  # n = 0.82
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert loaded.scoring_parameters()["model.layers.0.self_attn.scoring"]["n"][0] == pytest.approx(math.exp(-0.2))
+
+
+def test_validation_is_callable_on_a_model_in_memory():
+    model = build("bert", "ssa")
+    model.validate_scoring_parameters()
+    with torch.no_grad():
+        model.roberta.encoder.layer[0].attention.self.scoring.params["n"].raw.fill_(float("nan"))
+    with pytest.raises(ValueError, match=r"roberta\.encoder\.layer\.0\.attention\.self\.scoring\.n: not finite"):
+        model.validate_scoring_parameters()
