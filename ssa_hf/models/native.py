@@ -709,7 +709,7 @@ def _is_private(st):
 
 def _private_folder(path):
     """Create `path` with mode 0700, or check that it is a folder of this user that nobody else can write.  One
-    of ours that others could write is emptied (anything in it may have been planted) and closed."""
+    of ours that others could write is emptied (others may have put anything there) and closed."""
     os.makedirs(path, mode=0o700, exist_ok=True)
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):

@@ -165,6 +165,10 @@ def test_a_rerun_with_fewer_steps_refuses_instead_of_reporting_the_longer_run(tm
     spec = json.loads(_spec_file(tmp_path).read_text())
     del spec["trained_steps"]
     _spec_file(tmp_path).write_text(json.dumps(spec))
+    from ssa_hf.train.checkpoint import write_manifest
+
+    (_spec_file(tmp_path).parent / "manifest.json").unlink()
+    write_manifest(_spec_file(tmp_path).parent, step=3)  # an intact older checkpoint, not a damaged one
     with pytest.raises(ValueError, match="trained 3 steps"):
         run_icl(tiny_config, tmp_path, progress=False, plots=False)
     # more steps resume the run, and results.json reports what ran

@@ -126,5 +126,7 @@ def test_commands_offer_the_flag_and_default_to_off():
     from ssa_hf.train import PretrainConfig
 
     assert PretrainConfig().trust_remote_code is False
-    args = parser.parse_args(["pretrain", "--trust-remote-code"])
+    from ssa_hf.commands.pretrain import full_parser  # pretrain's options are parsed when it runs
+
+    args = full_parser().parse_args(["--trust-remote-code"])
     assert args.trust_remote_code == "true"
