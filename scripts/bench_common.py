@@ -50,7 +50,9 @@ class BusyProcesses:
         self.count, self.procs = count, []
 
     def __enter__(self):
-        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.count)]
+        # spins, and ends by itself when this process goes away (a killed benchmark leaves no spinner behind)
+        spin = f"import os\nwhile os.getppid() == {os.getpid()}:\n    for _ in range(1000000): pass"
+        self.procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(self.count)]
         time.sleep(0.5 if self.count else 0.0)
         return self
 
