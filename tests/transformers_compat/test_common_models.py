@@ -42,12 +42,9 @@ UPSTREAM_FLAKY_ROBERTA: dict[str, str] = {
     "test_inputs_embeds_matches_input_ids": "fails for RobertaModelTest itself in about half the runs: the git-era "
     "RoBERTa test does not pass position_ids that the 5.24 mixin expects (see the folder's SOURCE.md)",
 }
-# Failures owned by another issue (compile/export: the fused-kernel issue), {test name: reason}; expected to fail
-# until that work lands (xfail, not strict: they may start passing there).
-ELSEWHERE: dict[str, str] = {
-    "test_generate_compile_model_forward_fullgraph": "torch.compile(fullgraph=True) through the ssa-hf attention "
-    "(fused-kernel issue)",
-}
+# Failures owned by another issue, {test name: reason}: expected to fail until that work lands (xfail, not
+# strict). Empty: the fused kernel's custom op made the compiled decoding step pass.
+ELSEWHERE: dict[str, str] = {}
 
 # transformers' name tables that ModelTesterMixin reads to decide which class is a base model and which heads take
 # labels; our classes are registered with the Auto classes but not in these static tables
