@@ -653,7 +653,20 @@ std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout, const at::Ten
   return {dq, dk, dv, dn_sum, db_sum};
 }
 
+// The number of threads that ran a parallel region of n items (tests: the kernel really runs on torch's pool).
+int64_t ssa_parallel_width(int64_t n) {
+  std::atomic<int64_t> width{0};
+  at::parallel_for(0, n, 1, [&](int64_t, int64_t) {
+    const int64_t t = at::get_thread_num() + 1;
+    int64_t w = width.load();
+    while (t > w && !width.compare_exchange_weak(w, t)) {
+    }
+  });
+  return width.load();
+}
+
 TORCH_LIBRARY(SSA_HF_NS, m) {
+  m.def("parallel_width", &ssa_parallel_width);
   m.def("forward", &ssa_fused_forward);
   m.def("backward", &ssa_fused_backward);
 }
@@ -661,8 +674,11 @@ TORCH_LIBRARY(SSA_HF_NS, m) {
 
 # -fno-trapping-math lets the compiler if-convert the selects in the tile loops and vectorise them (8x faster
 # here); results are the same, only floating-point exception flags may differ
-FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast"]
-FLAGS_PORTABLE = ["-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast"]
+# -fopenmp: at::parallel_for is a template in ATen's headers whose OpenMP region is compiled into this library;
+# without the flag it silently becomes a serial loop (one core whatever torch.set_num_threads says).  Nothing is
+# linked for it: the GOMP symbols resolve to the OpenMP runtime torch has loaded, so there is one thread pool.
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast"]
+FLAGS_PORTABLE = ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast"]
 
 _LOCK = threading.Lock()
 _STATE = {"ops": None, "tried": False, "off_warned": False}
