@@ -136,7 +136,7 @@ def test_remote_code_loads_without_ssa_hf(tmp_path):
         folder = tmp_path / f"{family}-{len(cases)}"
         model.save_pretrained(folder)
         # the CPU kernels travel with the weights: blockwise.py and the C source it compiles (native.py)
-        assert (folder / "blockwise.py").is_file() and (folder / "native.py").is_file()
+        assert all((folder / name).is_file() for name in ("blockwise.py", "native.py", "native_math.py", "native_kernels.py"))
         tiny_tokenizer(masked=family == "bert").save_pretrained(folder)
         ids, mask = batch_for(model)
         with torch.no_grad():
