@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
 from ssa_hf.train import ConfigError, list_checkpoints, pretrain, push_final
-from ssa_hf.train.loop import evaluate, prepare_validation
+from ssa_hf.train.validation import evaluate, prepare_validation
 
 from .conftest import tiny_config
 
