@@ -269,7 +269,7 @@ def report_markdown(results) -> str:
     model, train, ev = config["model"], config["train"], config["eval"]
     cur = train["curriculum"]
     lines = [
-        f"# In-context learning under distribution shift: {', '.join(config['scoring'])} (preset `{config['name']}`)",
+        f"# In-context learning under distribution shift: {', '.join(_scorings(config))} (preset `{config['name']}`)",
         "",
         f"Model: {model['layers']} layers, {model['heads']} heads, width {model['width']}"
         f"{', attention only' if model['attention_only'] else ''} (SSALlama backbone, RoPE). Training: {train['steps']} steps, "
