@@ -91,21 +91,7 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     if tp is Any:
         return parse_scalar(value) if isinstance(value, str) else value
     if origin in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None or (isinstance(value, str) and value.lower() in ("null", "none") and type(None) in args):
-            if type(None) in args:
-                return None
-            raise ConfigError(f"{where}: a value is required (got null)")
-        if isinstance(value, str) and value.strip().startswith(("[", "{")):
-            value = parse_scalar(value)
-        errors = []
-        # exact type matches first (a "3" for `str | int` stays a string, a True for `bool | str` stays a bool)
-        for arg in sorted((a for a in args if a is not type(None)), key=lambda a: not _matches_exactly(value, a)):
-            try:
-                return coerce(value, arg, where)
-            except ConfigError as error:
-                errors.append(str(error))
-        raise ConfigError(f"{where}: {value!r} is not a valid {' or '.join(_type_name(a) for a in args)}")
+        return _coerce_union(value, typing.get_args(tp), where)
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
@@ -167,6 +153,23 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
             return str(value)
         raise ConfigError(f"{where}: expected a string, got {value!r}")
     return value
+
+
+def _coerce_union(value: Any, args: tuple, where: str) -> Any:
+    """`value` as the first of the types `args` (of `X | Y | None`) that takes it."""
+    if value is None or (isinstance(value, str) and value.lower() in ("null", "none") and type(None) in args):
+        if type(None) in args:
+            return None
+        raise ConfigError(f"{where}: a value is required (got null)")
+    if isinstance(value, str) and value.strip().startswith(("[", "{")):
+        value = parse_scalar(value)
+    # exact type matches first (a "3" for `str | int` stays a string, a True for `bool | str` stays a bool)
+    for arg in sorted((a for a in args if a is not type(None)), key=lambda a: not _matches_exactly(value, a)):
+        try:
+            return coerce(value, arg, where)
+        except ConfigError:
+            continue
+    raise ConfigError(f"{where}: {value!r} is not a valid {' or '.join(_type_name(a) for a in args)}")
 
 
 def _matches_exactly(value, tp) -> bool:

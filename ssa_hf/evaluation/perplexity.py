@@ -172,6 +172,21 @@ def resolve_window_length(window_length: int | None, model_path, config) -> int:
     return window_length
 
 
+def text_sources(model_path, corpora: list[str], heldout: bool, name, split: str, text_field: str,
+                 max_documents: int | None) -> list[tuple[Any, str]]:
+    """(texts, description) of every corpus to score: the held-out documents of the model's run, then `corpora`."""
+    sources = []
+    if heldout:
+        texts, description = heldout_source(model_path)
+        if max_documents is not None:
+            texts = (t for _, t in zip(range(max_documents), texts))
+        sources.append((texts, description))
+    for path in corpora:
+        source = TextSource(path=path, name=name, split=split, text_field=text_field, max_documents=max_documents)
+        sources.append((iter_texts(source), source.describe()))
+    return sources
+
+
 def evaluate_perplexity(
     model_path: str,
     data: str | list[str] | None = None,
@@ -219,15 +234,7 @@ def evaluate_perplexity(
             "loss and perplexity (on masked tokens) are in the metrics.json of its training run"
         )
     window_length = resolve_window_length(window_length, model_path, config)
-    sources = []
-    if heldout:
-        texts, description = heldout_source(model_path)
-        if max_documents is not None:
-            texts = (t for _, t in zip(range(max_documents), texts))
-        sources.append((texts, description))
-    for path in corpora:
-        source = TextSource(path=path, name=name, split=split, text_field=text_field, max_documents=max_documents)
-        sources.append((iter_texts(source), source.describe()))
+    sources = text_sources(model_path, corpora, heldout, name, split, text_field, max_documents)
     from ..devices import resolve_device
 
     device = resolve_device(device)
