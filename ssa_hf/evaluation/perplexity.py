@@ -129,7 +129,7 @@ def window_perplexity(
 def heldout_source(model_dir: str | Path):
     """The held-out validation texts of the run that produced `model_dir` (from its training_config.yaml)."""
     from ..data.corpus import split_validation
-    from .config import load_config
+    from ..train.config import load_config
 
     config_file = Path(model_dir) / "training_config.yaml"
     if not config_file.is_file():
@@ -151,7 +151,7 @@ def trained_length(model_path: str | Path, config) -> tuple[int | None, str]:
     `ssa-hf pretrain` run recorded in training_config.yaml, else the config's max_position_embeddings."""
     config_file = Path(model_path) / "training_config.yaml"
     if config_file.is_file():
-        from .config import load_config
+        from ..train.config import load_config
 
         return int(load_config(config_file).data.block_size), f"the block size of its training run ({config_file})"
     positions = getattr(config, "max_position_embeddings", None)
