@@ -33,7 +33,7 @@ def test_model_takes_any_scoring_function(scoring):
 def ICLModel_of(scoring, **kw):
     from ssa_hf.icl import ICLModel
 
-    return ICLModel(ICLModelConfig(**{**TINY, **kw, "scoring": scoring}))
+    return ICLModel(ICLModelConfig(**{**TINY, **kw, "attention_scoring": scoring}))
 
 
 def test_attention_only_has_no_mlp():
@@ -53,8 +53,8 @@ def test_model_is_causal():
 
 
 def test_model_config_errors_name_the_field():
-    with pytest.raises(ValueError, match="model.scoring"):
-        ICLModelConfig(scoring="nope").validate()
+    with pytest.raises(ValueError, match="model.attention_scoring"):
+        ICLModelConfig(attention_scoring="nope").validate()
     with pytest.raises(ValueError, match="multiple of model.heads"):
         ICLModelConfig(width=30, heads=4).validate()
     with pytest.raises(ValueError, match="features must have shape"):
@@ -77,7 +77,7 @@ def test_two_step_training_run(tmp_path):
     checkpoint = tmp_path / "run" / CHECKPOINT
     assert (checkpoint / "model.safetensors").is_file() and (checkpoint / "optimizer.safetensors").is_file()
     assert not list(checkpoint.glob("*.pkl")) and not list(checkpoint.glob("*.bin"))  # nothing pickled
-    assert json.loads((checkpoint / "run_spec.json").read_text())["scoring"] == "ssa"
+    assert json.loads((checkpoint / "run_spec.json").read_text())["attention_scoring"] == "ssa"
     assert not any(p.name.startswith(".checkpoint") for p in (tmp_path / "run").iterdir())
     # the SSA parameters were trained
     assert result.scoring_parameters != build_model(spec).scoring_parameters()

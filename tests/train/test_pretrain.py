@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
 from ssa_hf.train import ConfigError, list_checkpoints, pretrain, push_final
-from ssa_hf.train.loop import evaluate, prepare_validation
+from ssa_hf.train.validation import evaluate, prepare_validation
 
 from .conftest import tiny_config
 
@@ -160,3 +160,26 @@ def test_bench_throughput_from_the_log():
     assert _tokens_per_second(history, warmup=1) == pytest.approx(200 / 3)
     with pytest.raises(ValueError, match="no timed steps"):
         _tokens_per_second(history, warmup=3)
+
+
+def test_a_log_file_gets_plain_lines_not_progress_bar_escapes(corpora, tmp_path):
+    """`ssa-hf pretrain` with stderr to a file: no carriage returns or ANSI escapes, a plain line per logging step."""
+    import os
+    import subprocess
+    import sys
+
+    from ..conftest import REPO
+
+    log = tmp_path / "pretrain.log"
+    argv = ["-m", "ssa_hf.cli", "pretrain", "--data.train.path", str(corpora["causal"]), "--data.block_size", "32",
+            "--data.pack_documents", "40", "--data.validation_documents", "20", "--tokenizer.vocab_size", "300",
+            "--max_steps", "3", "--logging_steps", "1", "--per_device_train_batch_size", "8", "--report_to", "none",
+            "--cpu", "--output_dir", str(tmp_path / "run")]
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with open(log, "w") as handle:
+        result = subprocess.run([sys.executable, *argv], stdout=subprocess.PIPE, stderr=handle, text=True, env=env,
+                                cwd=REPO, stdin=subprocess.DEVNULL, timeout=600)
+    text = log.read_text()
+    assert result.returncode == 0, text[-3000:]
+    assert "\r" not in text and "\x1b[" not in text, repr(text[-2000:])
+    assert [n for n in range(1, 4) if f"step {n}/3: loss" in text] == [1, 2, 3]
