@@ -35,6 +35,9 @@ def register(subparsers) -> None:
     p.add_argument("--heads", type=int)
     p.add_argument("--width", type=int)
     p.add_argument("--attention-only", action="store_true", default=None, help="drop the MLP blocks")
+    p.add_argument("--backbone", choices=["llama", "gpt2"],
+                   help="llama (RoPE, RMSNorm, SwiGLU, slot flag; quick preset) or gpt2 (the paper's: learned "
+                        "positions, LayerNorm, GELU; paper preset)")
     p.add_argument("--steps", type=int, help="training steps per run")
     p.add_argument("--batch-size", type=int)
     p.add_argument("--lr", type=float)

@@ -13,6 +13,7 @@ OVERRIDES = {
     "heads": ("model", "heads"),
     "width": ("model", "width"),
     "attention_only": ("model", "attention_only"),
+    "backbone": ("model", "backbone"),
     "steps": ("train", "steps"),
     "batch_size": ("train", "batch_size"),
     "lr": ("train", "lr"),

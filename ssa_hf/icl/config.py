@@ -305,7 +305,7 @@ PAPER = ICLConfig(
     tasks=["every", "some", "linear"],
     scoring=["softmax", "ssa"],
     seeds=list(range(10)),
-    model=ICLModelConfig(layers=12, heads=8, width=256, scoring_options=dict(AUTHORS_ICL_SSA)),
+    model=ICLModelConfig(layers=12, heads=8, width=256, scoring_options=dict(AUTHORS_ICL_SSA), backbone="gpt2"),
     train=TrainConfig(
         steps=500_000,
         lr=1e-4,
