@@ -62,35 +62,12 @@ class ICLModelConfig:
         options = dict(self.scoring_options or {})
         if "attention_scoring" in options:
             raise ValueError("model.scoring_options: set the scoring function with model.scoring, not attention_scoring")
-        if self.backbone == "gpt2":
-            return SSAGPT2Config(
-                vocab_size=1,  # unused: inputs arrive through inputs_embeds
-                n_embd=self.width,
-                n_inner=self.mlp_ratio * self.width,
-                n_layer=self.layers,
-                n_head=self.heads,
-                n_positions=2 * self.max_points,
-                resid_pdrop=0.0,
-                embd_pdrop=0.0,
-                attn_pdrop=0.0,
-                use_cache=False,
-                attention_scoring=self.scoring,
-                pad_token_id=None,
-                bos_token_id=None,
-                eos_token_id=None,
-                tie_word_embeddings=False,
-                **options,
-            )
-        return SSALlamaConfig(
+        shared = dict(
             vocab_size=1,  # unused: inputs arrive through inputs_embeds
-            hidden_size=self.width,
-            intermediate_size=self.mlp_ratio * self.width,
+            hidden_size=self.width,  # GPT-2's config maps these common names onto n_embd, n_layer, n_head, n_positions
             num_hidden_layers=self.layers,
             num_attention_heads=self.heads,
-            num_key_value_heads=self.heads,
             max_position_embeddings=2 * self.max_points,
-            attention_dropout=0.0,
-            attention_only=self.attention_only,
             attention_scoring=self.scoring,
             pad_token_id=None,
             bos_token_id=None,
@@ -98,6 +75,11 @@ class ICLModelConfig:
             tie_word_embeddings=False,
             **options,
         )
+        if self.backbone == "gpt2":
+            return SSAGPT2Config(n_inner=self.mlp_ratio * self.width, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                 use_cache=False, **shared)
+        return SSALlamaConfig(intermediate_size=self.mlp_ratio * self.width, num_key_value_heads=self.heads,
+                              attention_dropout=0.0, attention_only=self.attention_only, **shared)
 
     def to_dict(self) -> dict:
         return asdict(self)
