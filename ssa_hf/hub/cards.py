@@ -19,12 +19,20 @@ from ..models.families import FAMILIES, TASKS, FamilySpec
 from ..presets import checkout_folder, count_parameters
 from ..reporting import atomic_write_bytes, atomic_write_json, markdown_table
 from .card_inputs import EvaluationResult, normalize_evaluation, normalize_training
-from .folders import _fmt, _task, family_spec, load_ssa_config, read_scoring_parameters, scoring_parameter_table
+from .folders import (
+    family_spec,
+    format_value,
+    load_ssa_config,
+    read_scoring_parameters,
+    scoring_parameter_table,
+    task_of,
+)
 
 MODEL_CARDS_ENV = "SSA_HF_MODEL_CARDS_DIR"
 DEFAULT_TEMPLATE = "ssa_model_card.md"
 CARD_INPUTS_FILE = "ssa_hf_card.json"  # what the card was rendered from, so that push can render it again
 REPO_ID_PLACEHOLDER = "path/to/this/checkpoint"
+TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json")  # a folder with either has a tokenizer
 
 # read from the family table (ssa_hf/models/families.py)
 PIPELINE_TAGS = {name: task.pipeline_tag for name, task in TASKS.items()}
@@ -77,7 +85,7 @@ def _architecture_table(config, task: str, spec: FamilySpec) -> str:
     return markdown_table(["", ""], rows)
 
 
-def _scoring_settings(config) -> dict[str, Any]:
+def scoring_settings(config) -> dict[str, Any]:
     names = config.scoring_per_head()
     settings: dict[str, Any] = {"attention_scoring": config.attention_scoring}
     for name in sorted(set(names)):
@@ -106,9 +114,9 @@ def _kv_table(data: Mapping[str, Any]) -> str:
 def _evaluation_table(results: Sequence[EvaluationResult]) -> str:
     rows = []
     for r in results:
-        baselines = ", ".join(f"{k} {_fmt(v)}" for k, v in sorted(r.baselines.items())) or "not given"
-        rows.append([_cell(r.task), _cell(r.dataset or ""), _cell(r.split or ""), _cell(r.metric), _fmt(r.value),
-                     _fmt(r.stderr) if r.stderr is not None else "",
+        baselines = ", ".join(f"{k} {format_value(v)}" for k, v in sorted(r.baselines.items())) or "not given"
+        rows.append([_cell(r.task), _cell(r.dataset or ""), _cell(r.split or ""), _cell(r.metric), format_value(r.value),
+                     format_value(r.stderr) if r.stderr is not None else "",
                      r.num_fewshot if r.num_fewshot is not None else "not given", _cell(baselines), _cell(r.source or "")])
     return markdown_table(["task", "data set", "split", "metric", "value", "stderr", "num_fewshot", "baselines",
                            "source"], rows)
@@ -244,7 +252,7 @@ def _card_data(config, spec: FamilySpec, task: str, *, model_name: str, training
 
     pipeline_tag = PIPELINE_TAGS[task]
     ssa_block = {"family": spec.name, "model_class": spec.model_class(task).__name__, "base_preset": base_preset,
-                 "scoring": _scoring_settings(config), "parameters": count_parameters(config, task),
+                 "scoring": scoring_settings(config), "parameters": count_parameters(config, task),
                  "version": version}
     return ModelCardData(
         library_name="transformers",
@@ -287,9 +295,9 @@ def render_model_card(
     from .. import __version__
 
     config, model, folder = _model_source(source)
-    spec, task = family_spec(config), _task(config, model)
+    spec, task = family_spec(config), task_of(config, model)
     training_info, results = normalize_training(training), normalize_evaluation(evaluation)
-    settings = _scoring_settings(config)
+    settings = scoring_settings(config)
     model_name = _card_name(model_name, repo_id, folder, spec.name, sorted(set(config.scoring_per_head())))
     card_data = _card_data(config, spec, task, model_name=model_name, training_info=training_info, results=results,
                            base_preset=base_preset, base_model=base_model, license=license, language=language,
@@ -314,7 +322,7 @@ def render_model_card(
         learned_note=learned_note,
         model_type=config.model_type,
         auto_class=AUTO_CLASSES[task],
-        has_tokenizer=folder is not None and any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")),
+        has_tokenizer=folder is not None and any((folder / f).is_file() for f in TOKENIZER_MARKERS),
         repo_id=repo_id or REPO_ID_PLACEHOLDER,
         conversion_table=conversion_table,
         conversion_note=conversion_note,

@@ -18,8 +18,8 @@ import torch
 from ..models.families import FAMILIES, FamilySpec, source_families
 from ..presets import check_config_fields, config_field_names
 from ..reporting import DestinationExistsError, atomic_folder, atomic_write_json
-from .cards import SCORING_FIELDS, _scoring_settings, write_model_card
-from .folders import _read_config_json
+from .cards import SCORING_FIELDS, scoring_settings, write_model_card
+from .folders import read_config_json
 
 logger = logging.getLogger("ssa_hf.hub")
 
@@ -171,7 +171,7 @@ def _read_source(src: Path) -> _Source:
     """The source's model_type and architecture, checked against the family table, and the model loaded."""
     import transformers
 
-    raw = _read_config_json(src)
+    raw = read_config_json(src)
     model_type = raw.get("model_type")
     sources = source_families()
     if model_type not in sources:
@@ -314,7 +314,7 @@ def convert_checkpoint(
         target.generation_config = copy.deepcopy(source.model.generation_config)
     result = ConversionResult(
         source=str(src), destination=str(dst), source_class=source.architecture, target_class=type(target).__name__,
-        attention_scoring=attention_scoring, scoring_settings=_scoring_settings(target_config), dtype=save_dtype,
+        attention_scoring=attention_scoring, scoring_settings=scoring_settings(target_config), dtype=save_dtype,
         copied_tensors=len(state), initialised_tensors=sorted(missing), dropped_tensors=dropped, tokenizer_files=[],
         output_check=output_check,
     )

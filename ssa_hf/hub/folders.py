@@ -25,11 +25,7 @@ def family_spec(config) -> FamilySpec:
     return spec
 
 
-def _family(config) -> str:
-    return family_spec(config).name
-
-
-def _task(config, model=None) -> str:
+def task_of(config, model=None) -> str:
     """The head of a model (by its class) or of a config (by its `architectures`, else its family's default)."""
     if model is not None:
         return task_of_architecture(type(model).__name__)
@@ -39,7 +35,7 @@ def _task(config, model=None) -> str:
     return family_spec(config).default_task
 
 
-def _read_config_json(folder: Path) -> dict:
+def read_config_json(folder: Path) -> dict:
     path = folder / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{folder} has no config.json; expected a checkpoint folder written by save_pretrained")
@@ -52,7 +48,7 @@ def _read_config_json(folder: Path) -> dict:
 def load_ssa_config(folder: str | os.PathLike):
     """The config (SSALlamaConfig, SSABertConfig, ...) of a checkpoint folder (no remote code is run)."""
     folder = Path(folder)
-    raw = _read_config_json(folder)
+    raw = read_config_json(folder)
     model_type = raw.get("model_type")
     if model_type not in FAMILIES:
         raise ValueError(f"{folder}: model_type {model_type!r} is not an ssa-hf model ({list(FAMILIES)}); "
@@ -60,7 +56,7 @@ def load_ssa_config(folder: str | os.PathLike):
     return FAMILIES[model_type].config_class.from_pretrained(folder)
 
 
-def _weight_files(folder: Path) -> list[Path]:
+def weight_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.safetensors"))
 
 
@@ -70,11 +66,11 @@ def read_scoring_parameters(folder: str | os.PathLike, config=None) -> dict[str,
     from safetensors import safe_open
 
     folder = Path(folder)
-    files = _weight_files(folder)
+    files = weight_files(folder)
     if not files:
         return None
     config = config if config is not None else load_ssa_config(folder)
-    cls = family_spec(config).model_class(_task(config))
+    cls = family_spec(config).model_class(task_of(config))
     with torch.device("meta"):
         model = cls(copy.deepcopy(config))
     tensors: dict[str, torch.Tensor] = {}
@@ -104,7 +100,7 @@ def _layer_of(module_name: str) -> str:
     return match.group(1) if match else module_name
 
 
-def _fmt(value: float) -> str:
+def format_value(value: float) -> str:
     return f"{value:.4g}"
 
 
@@ -119,9 +115,9 @@ def scoring_parameter_table(values: dict[str, dict[str, list[float]]]) -> str:
             if not v:
                 row.append("")
             elif max(v) - min(v) <= 1e-12 * max(1.0, abs(max(v))):
-                row.append(_fmt(v[0]))
+                row.append(format_value(v[0]))
             else:
-                row.append(f"{_fmt(sum(v) / len(v))} ({_fmt(min(v))} to {_fmt(max(v))})")
+                row.append(f"{format_value(sum(v) / len(v))} ({format_value(min(v))} to {format_value(max(v))})")
         rows.append(row)
     return markdown_table(["layer"] + [f"{n} (mean over heads, range)" for n in names], rows)
 

@@ -18,7 +18,7 @@ from typing import Iterator, Mapping, Sequence
 from ..models.families import FAMILIES
 from ..reporting import atomic_folder, atomic_write_bytes
 from .cards import CARD_INPUTS_FILE, REPO_ID_PLACEHOLDER, validate_model_card, write_model_card
-from .folders import _read_config_json, _weight_files, family_spec
+from .folders import family_spec, read_config_json, weight_files
 
 logger = logging.getLogger("ssa_hf.hub")
 
@@ -71,11 +71,11 @@ def check_checkpoint_folder(folder: str | os.PathLike) -> dict:
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"checkpoint folder {str(folder)!r} does not exist")
-    raw = _read_config_json(folder)
+    raw = read_config_json(folder)
     if raw.get("model_type") not in FAMILIES:
         raise ValueError(f"{folder}: model_type {raw.get('model_type')!r} is not an ssa-hf model; "
                          f"convert it first with `ssa-hf convert {folder} DST`")
-    if not _weight_files(folder) and not list(folder.glob("pytorch_model*.bin")):
+    if not weight_files(folder) and not list(folder.glob("pytorch_model*.bin")):
         raise ValueError(f"{folder} has no weights (*.safetensors); save the model with save_pretrained")
     auto_map = raw.get("auto_map")
     if not auto_map:
