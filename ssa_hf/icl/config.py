@@ -80,10 +80,12 @@ class ICLModelConfig:
     heads: attention heads per layer.
     width: hidden size.
     mlp_ratio: MLP width / hidden size.
-    attention_only: drop every MLP block (the paper's attention-only variant).
+    attention_only: drop every MLP block (the paper's attention-only variant; backbone llama only).
     attention_scoring: the scoring function, an entry of `ssa_hf.ALL_SCORING_FUNCTIONS` (old name: scoring).
-    scoring_options: every other scoring field of SSALlamaConfig (ssa_b_init, ssa_n_init, ssa_granularity, ...).
+    scoring_options: every other scoring field of the backbone's config (ssa_b_init, ssa_n_init, ...).
     max_points: the longest prompt (points) the model accepts.
+    backbone: llama (SSALlama: RoPE, RMSNorm, SwiGLU, plus a slot flag in the read-in) or gpt2 (SSAGPT2, the
+        paper's: learned absolute positions, LayerNorm, GELU MLP, no slot flag).
     """
 
     ALIASES: ClassVar[dict[str, str]] = {"scoring": "attention_scoring"}
@@ -96,6 +98,7 @@ class ICLModelConfig:
     attention_scoring: str = "ssa"
     scoring_options: dict | None = None
     max_points: int = 256
+    backbone: str = field(default="llama", metadata={"choices": ("llama", "gpt2")})
 
     scoring = _alias("attention_scoring")
 
@@ -106,11 +109,17 @@ class ICLModelConfig:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
         if self.width % self.heads:
             raise ValueError(f"model.width ({self.width}) must be a multiple of model.heads ({self.heads})")
-        if (self.width // self.heads) % 2:
+        if self.backbone not in ("llama", "gpt2"):
+            raise ValueError(f"model.backbone: unknown backbone {self.backbone!r}; choose from ['llama', 'gpt2']")
+        if self.backbone == "llama" and (self.width // self.heads) % 2:
             raise ValueError(f"model.width / model.heads must be even for rotary positions, got {self.width // self.heads}")
+        if self.backbone != "llama" and self.attention_only:
+            raise ValueError("model.attention_only: the attention-only variant exists for backbone 'llama' only; "
+                             "set model.backbone to llama or attention_only to false")
 
     def backbone_config(self):
-        """The SSALlamaConfig of the backbone."""
+        """The SSALlamaConfig or SSAGPT2Config of the backbone."""
+        from ..models.configuration_ssa_gpt2 import SSAGPT2Config
         from ..models.configuration_ssa_llama import SSALlamaConfig
 
         self.validate()
@@ -118,16 +127,12 @@ class ICLModelConfig:
         if "attention_scoring" in options:
             raise ValueError("model.scoring_options: set the scoring function with model.attention_scoring, not in "
                              "scoring_options")
-        return SSALlamaConfig(
+        shared = dict(
             vocab_size=1,  # unused: inputs arrive through inputs_embeds
-            hidden_size=self.width,
-            intermediate_size=self.mlp_ratio * self.width,
+            hidden_size=self.width,  # GPT-2's config maps these common names onto n_embd, n_layer, n_head, n_positions
             num_hidden_layers=self.layers,
             num_attention_heads=self.heads,
-            num_key_value_heads=self.heads,
             max_position_embeddings=2 * self.max_points,
-            attention_dropout=0.0,
-            attention_only=self.attention_only,
             attention_scoring=self.attention_scoring,
             pad_token_id=None,
             bos_token_id=None,
@@ -135,6 +140,11 @@ class ICLModelConfig:
             tie_word_embeddings=False,
             **options,
         )
+        if self.backbone == "gpt2":
+            return SSAGPT2Config(n_inner=self.mlp_ratio * self.width, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                 use_cache=False, **shared)
+        return SSALlamaConfig(intermediate_size=self.mlp_ratio * self.width, num_key_value_heads=self.heads,
+                              attention_dropout=0.0, attention_only=self.attention_only, **shared)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -486,7 +496,7 @@ PAPER = ICLConfig(
     tasks=["every", "some", "linear_regression"],
     attention_scoring=["softmax", "ssa"],
     seeds=list(range(10)),
-    model=ICLModelConfig(layers=12, heads=8, width=256, scoring_options=dict(AUTHORS_ICL_SSA)),
+    model=ICLModelConfig(layers=12, heads=8, width=256, scoring_options=dict(AUTHORS_ICL_SSA), backbone="gpt2"),
     train=TrainConfig(
         steps=500_000,
         lr=1e-4,
@@ -551,6 +561,7 @@ SHORTCUTS = {
     "heads": "model.heads",
     "width": "model.width",
     "attention_only": "model.attention_only",
+    "backbone": "model.backbone",
     "steps": "train.steps",
     "batch_size": "train.batch_size",
     "lr": "train.lr",

@@ -18,7 +18,7 @@ from .linear import LINEAR_ATTENTIONS
 from .scoring import ALL_SCORING_FUNCTIONS, SCORING_FUNCTIONS, ScoringOptions, ScoringParameters, get_scoring_function
 from .registration import register_auto_classes
 
-register_auto_classes()  # AutoConfig / AutoModel* know ssa_llama and ssa_bert as soon as the models are imported
+register_auto_classes()  # AutoConfig / AutoModel* know every family of families.py as soon as the models are imported
 
 __all__ = [
     "ALL_SCORING_FUNCTIONS",

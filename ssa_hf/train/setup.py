@@ -27,7 +27,6 @@ from .validation import prepare_validation
 logger = logging.getLogger("ssa_hf.train")
 
 PRESET_TASKS = {"causal": "causal_lm", "masked": "masked_lm"}
-FAMILY_OF_TASK = {"causal": "ssa_llama", "masked": "ssa_bert"}
 
 
 @dataclass
@@ -190,6 +189,7 @@ def obtain_tokenizer(config: PretrainConfig, train_texts):
 def model_config_for(config: PretrainConfig, tokenizer=None):
     """The model config of the run: the preset with the overrides and (given a tokenizer) its vocabulary size and
     special-token ids; checked against the task and the sequence length."""
+    from ..models.families import families_with_default_task
     from ..presets import family_of, load_model_config
 
     overrides = dict(config.model.overrides)
@@ -207,10 +207,11 @@ def model_config_for(config: PretrainConfig, tokenizer=None):
         overrides.update(ids)
     model_config = load_model_config(config.model.preset, **overrides)
     family = family_of(model_config)
-    if family != FAMILY_OF_TASK[config.task]:
+    families = families_with_default_task(PRESET_TASKS[config.task])  # the family table's, e.g. ssa_llama, ssa_gpt2
+    if family not in families:
         raise ConfigError(
             f"model.preset {config.model.preset!r} is a {family} model; task {config.task!r} needs a "
-            f"{FAMILY_OF_TASK[config.task]} preset"
+            + " or ".join(f"{name} preset" for name in families)
         )
     positions = model_config.max_position_embeddings
     if config.task == "causal" and positions < config.data.block_size:

@@ -5,11 +5,12 @@ import math
 
 import pytest
 
-from ssa_hf import SSABertConfig, SSALlamaConfig, ScoringOptions
+from ssa_hf import SSALlamaConfig, ScoringOptions
+from ssa_hf.models.families import FAMILY_SPECS
 from ssa_hf.presets import load_model_config, load_preset
 
 TINY = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
-FAMILIES = [SSALlamaConfig, SSABertConfig]
+FAMILIES = [spec.config_class for spec in FAMILY_SPECS]  # every family of the table
 
 NAN, INF = float("nan"), float("inf")
 # (field, bad value, what the message must say)

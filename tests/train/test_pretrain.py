@@ -114,12 +114,23 @@ def test_softmax_twin_and_push_dry_run(corpora, tmp_path):
     assert not any(f.startswith("checkpoints") for f in push.files)
 
 
+def test_every_causal_family_of_the_table_pretrains(corpora, tmp_path):
+    """`task: causal` takes any family whose default head is a causal LM (ssa_gpt2 besides ssa_llama)."""
+    config = tiny_config("causal", corpora, tmp_path / "run", max_steps=2, eval_steps=0, save_steps=0,
+                         model={"preset": "tiny_gpt2"})
+    result = pretrain(config)
+    assert result.steps == 2 and result.metrics["scoring_parameters"]
+    from transformers import AutoModelForCausalLM
+
+    assert type(AutoModelForCausalLM.from_pretrained(result.final_dir)).__name__ == "SSAGPT2LMHeadModel"
+
+
 def test_bad_configs_name_the_key(corpora, tmp_path):
     with pytest.raises(ConfigError, match="did you mean 'max_steps'"):
         tiny_config("causal", corpora, tmp_path, max_step=3)
     with pytest.raises(ConfigError, match="block_size=200 exceeds the model's max_position_embeddings=128"):
         pretrain(tiny_config("causal", corpora, tmp_path / "a", data={"block_size": 200}))
-    with pytest.raises(ConfigError, match="task 'causal' needs a ssa_llama preset"):
+    with pytest.raises(ConfigError, match="task 'causal' needs a ssa_llama preset or ssa_gpt2 preset"):
         pretrain(tiny_config("causal", corpora, tmp_path / "b", model={"preset": "tiny_bert"}))
 
 
