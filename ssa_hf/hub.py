@@ -30,6 +30,7 @@ import yaml
 
 from .models.configuration_common import ScoringConfigMixin
 from .models.scoring import ScoringModule
+from .models.settings import card_fields_by_scoring
 from .presets import (
     FAMILIES,
     MODEL_CLASSES,
@@ -62,12 +63,7 @@ AUTO_CLASSES = {
 }
 ARCHITECTURE_NAMES = {"ssa_llama": "Llama-architecture decoder", "ssa_bert": "RoBERTa-architecture encoder"}
 SCORING_FIELDS = {f for f in ScoringConfigMixin.__dataclass_fields__}
-SCORING_FIELDS_SHOWN = {
-    "ssa": ["ssa_granularity", "ssa_parametrization", "ssa_b_init", "ssa_learn_b", "ssa_n_init", "ssa_learn_n"],
-    "temperature": ["ssa_granularity", "temperature_init", "temperature_learnable"],
-    "ssmax": ["ssa_granularity", "ssmax_s_init"],
-    "entmax_alpha": ["ssa_granularity", "entmax_alpha_init", "entmax_alpha_learnable"],
-}
+SCORING_FIELDS_SHOWN = card_fields_by_scoring()  # derived from the scoring functions' declared parameters
 
 BIBTEX = """@inproceedings{naim2026ssa,
   title     = {{SSA}: Improving Performance With a Better Scoring Function},
