@@ -21,7 +21,6 @@ Part of the remote-code unit: imports only torch, transformers and siblings.
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 from torch import Tensor
@@ -29,6 +28,7 @@ from torch import Tensor
 from .backends import BACKEND_NAMES, BACKENDS, AttentionCall, choose_backend, dispatch, supported_backends
 from .linear import as_4d
 from .mixture import Group, module_groups, run_groups
+from .parameters import is_real
 from .scoring import ScoringModule, get_scoring_function
 
 __all__ = ["BACKENDS", "BACKEND_NAMES", "DEFAULT_IMPLEMENTATION", "IMPLEMENTATIONS", "choose_backend",
@@ -73,14 +73,10 @@ def _check_inputs(query, key, value, attn_mask, scale, dropout_p) -> None:
             raise TypeError(f"attn_mask must be a boolean torch.Tensor or None, got {type(attn_mask).__name__}")
         if attn_mask.device != query.device:
             raise ValueError(f"attn_mask is on {attn_mask.device} and query on {query.device}; move it with .to(query.device)")
-    if scale is not None and not (_is_real(scale) and math.isfinite(scale) and scale > 0):
+    if scale is not None and not (is_real(scale) and math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a finite number > 0 (or None for 1/sqrt(head_dim)), got {scale!r}")
-    if not (_is_real(dropout_p) and 0.0 <= dropout_p < 1.0):
+    if not (is_real(dropout_p) and 0.0 <= dropout_p < 1.0):
         raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
-
-
-def _is_real(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _as_head_tensor(value, heads: int, name: str, device, positive: bool) -> Tensor:
@@ -88,7 +84,7 @@ def _as_head_tensor(value, heads: int, name: str, device, positive: bool) -> Ten
         tensor = value
         if tensor.dtype == torch.bool or tensor.is_complex():
             raise TypeError(f"{name} must be a real number or a float tensor of shape [num_heads={heads}], got dtype {tensor.dtype}")
-    elif _is_real(value):
+    elif is_real(value):
         tensor = torch.tensor(float(value))
     else:
         raise TypeError(f"{name} must be a real number or a float tensor of shape [num_heads={heads}], got {value!r}")

@@ -37,7 +37,8 @@ def closest_name(value, choices) -> str:
     return f"; did you mean {match[0]!r}?" if match else "."
 
 
-def _is_real(value) -> bool:
+def is_real(value) -> bool:
+    """A real number that is not a bool."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
@@ -88,7 +89,7 @@ class ParameterSpec:
         """Raise ValueError naming the field when `value` is not a finite number in range (None: when optional)."""
         if value is None and self.default is None:
             return
-        if not _is_real(value):
+        if not is_real(value):
             raise ValueError(f"{self.field} must be a number in {self.describe()}, got {value!r} ({type(value).__name__})")
         above_low = value > self.low if self.low_open else value >= self.low
         if not (math.isfinite(value) and above_low and value <= self.high):
