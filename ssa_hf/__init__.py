@@ -20,8 +20,8 @@ __version__ = "0.1.0"
 # public name -> the module that defines it
 _PUBLIC = {
     **dict.fromkeys(
-        ["ALL_SCORING_FUNCTIONS", "LINEAR_ATTENTIONS", "BACKENDS", "SCORING_FUNCTIONS", "ScoringOptions",
-         "ScoringParameters", "get_scoring_function", "scored_attention", "ssa_attention", "supported_backends"],
+        ["ALL_SCORING_FUNCTIONS", "LINEAR_ATTENTIONS", "BACKENDS", "SCORING_FUNCTIONS", "ScoringParameters",
+         "card_fields", "register_scoring_function", "get_scoring_function", "scored_attention", "ssa_attention", "supported_backends"],
         ".models",
     ),
     "SSABertConfig": ".models.configuration_ssa_bert",

@@ -40,7 +40,7 @@ def llama_parameter_formula(c: SSALlamaConfig) -> int:
     per_layer = attention + mlp + 2 * c.hidden_size
     embeddings = c.vocab_size * c.hidden_size
     head = 0 if c.tie_word_embeddings else c.vocab_size * c.hidden_size
-    values = c.num_attention_heads if c.ssa_granularity == "head" else 1
+    values = c.num_attention_heads if c.scoring_granularity == "head" else 1
     scoring = values * (int(c.ssa_learn_b) + int(c.ssa_learn_n)) if c.attention_scoring == "ssa" else 0
     return embeddings + c.num_hidden_layers * (per_layer + scoring) + c.hidden_size + head
 

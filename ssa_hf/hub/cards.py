@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from ..models.settings import card_fields_by_scoring
 from ..models.configuration_common import ScoringConfigMixin
 from ..models.families import FAMILIES, TASKS, FamilySpec
 from ..presets import checkout_folder, count_parameters
@@ -39,12 +40,7 @@ PIPELINE_TAGS = {name: task.pipeline_tag for name, task in TASKS.items()}
 AUTO_CLASSES = {name: task.auto_class.__name__ for name, task in TASKS.items()}
 ARCHITECTURE_NAMES = {name: spec.architecture for name, spec in FAMILIES.items()}
 SCORING_FIELDS = {f for f in ScoringConfigMixin.__dataclass_fields__}
-SCORING_FIELDS_SHOWN = {
-    "ssa": ["ssa_granularity", "ssa_parametrization", "ssa_b_init", "ssa_learn_b", "ssa_n_init", "ssa_learn_n"],
-    "temperature": ["ssa_granularity", "temperature_init", "temperature_learnable"],
-    "ssmax": ["ssa_granularity", "ssmax_s_init"],
-    "entmax_alpha": ["ssa_granularity", "entmax_alpha_init", "entmax_alpha_learnable"],
-}
+SCORING_FIELDS_SHOWN = card_fields_by_scoring()  # derived from the scoring entries' declared parameters
 
 BIBTEX = """@inproceedings{naim2026ssa,
   title     = {{SSA}: Improving Performance With a Better Scoring Function},

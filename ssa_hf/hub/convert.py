@@ -18,6 +18,7 @@ import torch
 from ..models.families import FAMILIES, FamilySpec, source_families
 from ..presets import check_config_fields, config_field_names
 from ..reporting import DestinationExistsError, atomic_folder, atomic_write_json
+from ..models.settings import OLD_NAMES
 from .cards import SCORING_FIELDS, scoring_settings, write_model_card
 from .folders import read_config_json
 
@@ -161,7 +162,7 @@ def _check_request(src: Path, dst: Path, dtype: str, overwrite: bool, scoring_kw
         raise DestinationExistsError(f"{dst} already exists; remove it or pass overwrite=True (--overwrite)")
     if dtype != "auto" and dtype not in DTYPES:
         raise ValueError(f"dtype must be 'auto' or one of {list(DTYPES)}, got {dtype!r}")
-    unknown = sorted(set(scoring_kwargs) - SCORING_FIELDS)
+    unknown = sorted(set(scoring_kwargs) - SCORING_FIELDS - set(OLD_NAMES))  # old names (ssa_granularity) still work
     if unknown:
         raise ValueError(f"convert changes only the attention scoring; {unknown} are not scoring settings "
                          f"(allowed: {sorted(SCORING_FIELDS - {'attention_scoring'})})")

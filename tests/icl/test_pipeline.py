@@ -107,8 +107,8 @@ def test_quick_preset_temperature_arm_is_matched_to_ssa():
     quick.model.scoring = "temperature"
     params = ICLModel(quick.model).scoring_parameters()
     ts = [value for layer in params.values() for value in layer["t"]]
-    options = quick.model.backbone_config().scoring_options()
-    assert ts and all(abs(t - 1 / (options.ssa_n_init * options.ssa_b_init)) < 1e-6 for t in ts)
+    options = quick.model.backbone_config().scoring_settings()
+    assert ts and all(abs(t - 1 / (options["ssa_n_init"] * options["ssa_b_init"])) < 1e-6 for t in ts)
 
 
 @pytest.mark.parametrize(

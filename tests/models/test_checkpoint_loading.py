@@ -84,7 +84,7 @@ def test_fixed_parameters_out_of_range_are_refused(name, value, message, tmp_pat
 
 def test_exp_parametrisation_allows_n_below_one(tmp_path):
     """The authors' exp parametrisation does not enforce n >= 1 (docs): such a checkpoint loads."""
-    model = build("llama", "ssa", ssa_parametrization="exp")
+    model = build("llama", "ssa", scoring_parametrization="exp")
     with torch.no_grad():
         model.model.layers[0].self_attn.scoring.params["n"].raw.fill_(-0.2)  # n = 0.82
     model.save_pretrained(tmp_path)

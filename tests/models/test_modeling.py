@@ -272,7 +272,7 @@ def test_implementation_that_cannot_run_scoring_is_refused(family, scoring, impl
     "overrides,field",
     [({"attention_scoring": "softmaxx"}, "attention_scoring"), ({"ssa_b_init": 0.0}, "ssa_b_init"),
      ({"ssa_n_init": 0.9}, "ssa_n_init"), ({"attention_scoring": ["ssa", "softmax"]}, "attention_scoring"),
-     ({"ssa_granularity": "row"}, "ssa_granularity")],
+     ({"scoring_granularity": "row"}, "scoring_granularity"), ({"ssa_granularity": "row"}, "scoring_granularity")],
 )
 @pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
 def test_invalid_config_names_the_field(family, overrides, field):
