@@ -23,7 +23,7 @@ checkpoints as remote code.
 """
 
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -107,7 +107,17 @@ def _grouped(query, key, value, b, n, ssa):
     return q, k, v, b5, n5, G
 
 
-def _torch_forward(query, key, value, b, n, mask, causal, scale, ssa):
+class _Layout(NamedTuple):
+    """What the torch path needs besides the tensors: which keys each query sees, the score scale, SSA or softmax."""
+
+    mask: Optional[Tensor]
+    causal: bool
+    scale: float
+    ssa: bool
+
+
+def _torch_forward(query, key, value, b, n, layout: _Layout):
+    mask, causal, scale, ssa = layout
     B, H, Lq, _ = query.shape
     Hkv, Lk, Dv = key.shape[1], key.shape[2], value.shape[3]
     q, k, v, b5, n5, G = _grouped(query, key, value, b, n, ssa)
@@ -123,7 +133,8 @@ def _torch_forward(query, key, value, b, n, mask, causal, scale, ssa):
     return out.view(B, H, Lq, Dv).to(cd), lse.view(B, H, Lq).to(cd)
 
 
-def _torch_backward(grad_out, query, key, value, out, lse, b, n, mask, causal, scale, ssa, need_bn):
+def _torch_backward(grad_out, query, key, value, out, lse, b, n, layout: _Layout, need_bn):
+    mask, causal, scale, ssa = layout
     B, H, Lq, D = query.shape
     Hkv, Lk = key.shape[1], key.shape[2]
     q, k, v, b5, n5, G = _grouped(query, key, value, b, n, ssa)
@@ -187,7 +198,7 @@ def attention_forward(query: Tensor, key: Tensor, value: Tensor, b: Tensor, n: T
                           _STATIC_BOUND_MAX)
         if res:  # empty: a non-finite query or key element, which the torch path propagates as eager does
             return res[0], res[1]
-    return _torch_forward(query, key, value, b, n, mask, causal, scale, ssa)
+    return _torch_forward(query, key, value, b, n, _Layout(mask, causal, scale, ssa))
 
 
 @attention_forward.register_fake
@@ -214,8 +225,8 @@ def attention_backward(grad_out: Tensor, query: Tensor, key: Tensor, value: Tens
         db = (db_sum / b.double()) if need_bn else None  # dL/db = sum(dS s) / b, dL/dn = sum(dg g) / n
         dn = (dn_sum / n.double()) if need_bn else None
     else:
-        dq, dk, dv, db, dn = _torch_backward(grad_out, query, key, value, out, lse, b, n, mask, causal, scale, ssa,
-                                             need_bn)
+        dq, dk, dv, db, dn = _torch_backward(grad_out, query, key, value, out, lse, b, n,
+                                             _Layout(mask, causal, scale, ssa), need_bn)
     # contiguous, as the fake implementation says (whatever the strides of the inputs)
     return (dq.to(query.dtype).contiguous(), dk.to(key.dtype).contiguous(), dv.to(value.dtype).contiguous(),
             db.to(b.dtype) if need_bn else b.new_empty((0,)), dn.to(n.dtype) if need_bn else n.new_empty((0,)))
