@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import ssa_hf
-from ssa_hf import SSABertConfig, SSALlamaConfig
+from ssa_hf import SSABertConfig, SSAGPT2Config, SSALlamaConfig
 from ssa_hf.cli import main as cli
 from ssa_hf.presets import (
     build_model,
@@ -20,7 +20,7 @@ from ssa_hf.presets import (
     parse_overrides,
 )
 
-PRESETS = ["tiny_llama", "tiny_bert", "icl_paper", "decoder_114m", "babyberta"]
+PRESETS = ["tiny_llama", "tiny_bert", "tiny_gpt2", "icl_paper", "decoder_114m", "babyberta"]
 
 
 def unique_parameter_count(model: torch.nn.Module) -> int:
@@ -45,6 +45,20 @@ def llama_parameter_formula(c: SSALlamaConfig) -> int:
     return embeddings + c.num_hidden_layers * (per_layer + scoring) + c.hidden_size + head
 
 
+def gpt2_parameter_formula(c) -> int:
+    """Count of a GPT-2 decoder by hand: token and position embeddings, attention (with biases), the 2-matrix MLP,
+    two LayerNorms per layer and a final one, the head, learned scoring values."""
+    d, inner = c.hidden_size, c.n_inner or 4 * c.hidden_size
+    attention = d * 3 * d + 3 * d + d * d + d
+    mlp = d * inner + inner + inner * d + d
+    per_layer = attention + mlp + 2 * 2 * d
+    embeddings = c.vocab_size * d + c.n_positions * d
+    head = 0 if c.tie_word_embeddings else c.vocab_size * d
+    values = c.num_attention_heads if c.scoring_granularity == "head" else 1
+    scoring = values * (int(c.ssa_learn_b) + int(c.ssa_learn_n)) if c.attention_scoring == "ssa" else 0
+    return embeddings + c.num_hidden_layers * (per_layer + scoring) + 2 * d + head
+
+
 def test_every_shipped_preset_is_listed():
     assert set(PRESETS) <= set(list_presets())
 
@@ -52,15 +66,17 @@ def test_every_shipped_preset_is_listed():
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_loads_and_meta_count_matches_formula(name):
     config = load_model_config(name)
-    assert isinstance(config, (SSALlamaConfig, SSABertConfig))
+    assert isinstance(config, (SSALlamaConfig, SSABertConfig, SSAGPT2Config))
     assert load_preset(name).description
     count = count_parameters(config)
     assert count > 0
     if isinstance(config, SSALlamaConfig):
         assert count == llama_parameter_formula(config)
+    if isinstance(config, SSAGPT2Config):
+        assert count == gpt2_parameter_formula(config)
 
 
-@pytest.mark.parametrize("name", ["tiny_llama", "tiny_bert"])
+@pytest.mark.parametrize("name", ["tiny_llama", "tiny_bert", "tiny_gpt2"])
 def test_meta_count_equals_built_model(name):
     config = load_model_config(name)
     model = build_model(config)
