@@ -276,6 +276,19 @@ def _keep_mask(additive: Tensor) -> Tensor:
     return ~masked
 
 
+def _capturing_attentions() -> bool:
+    """Whether transformers' output capturing (`capture_outputs`) is collecting attention weights in this call.
+    Never under torch.compile (dynamo cannot trace the ContextVar; weights are not returned there anyway)."""
+    if torch.compiler.is_compiling():
+        return False
+    try:
+        from transformers.utils.output_capturing import _active_collector
+    except ImportError:  # another transformers version: the output_attentions argument and config still work
+        return False
+    collected = _active_collector.get()
+    return bool(collected) and ("attentions" in collected or "cross_attentions" in collected)
+
+
 def make_transformers_attention(backend: str | None):
     """An `AttentionInterface` function running the module's scoring function on `backend` (None = auto)."""
     refused = "attn_implementation 'ssa_{backend}' cannot run attention_scoring={scoring!r}"
@@ -286,8 +299,10 @@ def make_transformers_attention(backend: str | None):
         if mask is not None:
             mask = mask[:, :, :, : key.shape[-2]]
         module_causal = bool(getattr(module, "is_causal", False))
-        # the call's output_attentions, else the config's (transformers records weights for either)
+        # the call's output_attentions, else the config's (transformers records weights for either), or a capture
+        # of weights in progress (GPT-2's model forward consumes output_attentions before its attention runs)
         need_weights = bool(kwargs.get("output_attentions", getattr(getattr(module, "config", None), "output_attentions", False)))
+        need_weights = need_weights or _capturing_attentions()
         call = AttentionCall(
             query, key, value, None, {}, mask,
             scale=scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1]),

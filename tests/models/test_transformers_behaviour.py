@@ -12,8 +12,8 @@ import json
 import pytest
 import torch
 from transformers import (
-    AutoModelForCausalLM,
-    AutoModelForMaskedLM,
+    GPT2LMHeadModel,
+    GPT2Model,
     LlamaForCausalLM,
     LlamaModel,
     RobertaForMaskedLM,
@@ -25,23 +25,24 @@ import ssa_hf
 from ssa_hf.models.scoring import get_scoring_function
 
 from .test_modeling import batch_for, forward
-from .tiny import bert_config, build, llama_config, tiny_tokenizer
+from .tiny import CAUSAL_FAMILIES, FAMILIES_UNDER_TEST, auto_class, build, is_causal, spec, tiny_config, tiny_tokenizer
 
-FAMILIES = ("llama", "bert")
+FAMILIES = tuple(FAMILIES_UNDER_TEST)  # every family of the family table
 SCORINGS = ("ssa", "softmax")
 CASES = [(f, s) for f in FAMILIES for s in SCORINGS]
 IDS = [f"{f}-{s}" for f, s in CASES]
-AUTO = {"llama": AutoModelForCausalLM, "bert": AutoModelForMaskedLM}
+AUTO = {f: auto_class(f) for f in FAMILIES}
 
 # every class and the stock class whose forward signature it must keep
 SIGNATURES = [
     (ssa_hf.SSALlamaModel, LlamaModel), (ssa_hf.SSALlamaForCausalLM, LlamaForCausalLM),
     (ssa_hf.SSABertModel, RobertaModel), (ssa_hf.SSABertForMaskedLM, RobertaForMaskedLM),
+    (ssa_hf.SSAGPT2Model, GPT2Model), (ssa_hf.SSAGPT2LMHeadModel, GPT2LMHeadModel),
 ]
 
 
 def config_for(family, scoring, **overrides):
-    return (llama_config if family == "llama" else bert_config)(attention_scoring=scoring, **overrides)
+    return tiny_config(family, attention_scoring=scoring, **overrides)
 
 
 @pytest.mark.parametrize("ours,stock", SIGNATURES, ids=lambda c: c.__name__)
@@ -105,7 +106,7 @@ def test_implementation_aliases_are_saved_and_validated(tmp_path):
     saved = json.loads((tmp_path / "config.json").read_text())["attn_implementation_aliases"]
     assert saved == {"eager": "ssa_eager", "sdpa": "ssa_auto", "flex_attention": "ssa_flex"}
     with pytest.raises(ValueError, match="attn_implementation_aliases"):
-        llama_config(attn_implementation_aliases={"sdpa": "sdpa"})
+        tiny_config("llama", attn_implementation_aliases={"sdpa": "sdpa"})
 
 
 # ---- Trainer ---------------------------------------------------------------------------------------------------
@@ -127,9 +128,9 @@ def _trainer(model, tokenizer, tmp_path, collator=None, **kwargs):
 def test_trainer_trains_lm_heads_with_remove_unused_columns(family, scoring, tmp_path):
     from transformers import DataCollatorForLanguageModeling
 
-    tokenizer = tiny_tokenizer(masked=family == "bert")
+    tokenizer = tiny_tokenizer(masked=not is_causal(family))
     model = build(family, scoring).train()
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm=family == "bert", mlm_probability=0.3)
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm=not is_causal(family), mlm_probability=0.3)
     trainer = _trainer(model, tokenizer, tmp_path, collator)
     before = model.scoring_parameters()
     result = trainer.train()
@@ -144,8 +145,8 @@ def test_trainer_trains_lm_heads_with_remove_unused_columns(family, scoring, tmp
 def test_trainer_keeps_input_ids_for_the_base_model(family, tmp_path):
     from transformers import DataCollatorWithPadding
 
-    tokenizer = tiny_tokenizer(masked=family == "bert")
-    base = (ssa_hf.SSALlamaModel if family == "llama" else ssa_hf.SSABertModel)(config_for(family, "ssa"))
+    tokenizer = tiny_tokenizer(masked=not is_causal(family))
+    base = spec(family).model_classes["base"](config_for(family, "ssa"))
     seen = []
 
     def loss_on_hidden_states(outputs, labels, num_items_in_batch=None):
@@ -161,9 +162,10 @@ def test_trainer_keeps_input_ids_for_the_base_model(family, tmp_path):
 # ---- pipelines -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("causal_family", CAUSAL_FAMILIES)
 @pytest.mark.parametrize("scoring", SCORINGS)
-def test_text_generation_and_fill_mask_pipelines(scoring):
-    generator = pipeline("text-generation", model=build("llama", scoring), tokenizer=tiny_tokenizer())
+def test_text_generation_and_fill_mask_pipelines(scoring, causal_family):
+    generator = pipeline("text-generation", model=build(causal_family, scoring), tokenizer=tiny_tokenizer())
     text = generator("the cat", max_new_tokens=4, do_sample=False)[0]["generated_text"]
     assert text.startswith("the cat") and len(text) > len("the cat")
     fill = pipeline("fill-mask", model=build("bert", scoring), tokenizer=tiny_tokenizer(masked=True))
@@ -175,11 +177,12 @@ def test_text_generation_and_fill_mask_pipelines(scoring):
 # ---- generate, caches ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("family", CAUSAL_FAMILIES)
 @pytest.mark.parametrize("scoring", SCORINGS)
-def test_generate_static_and_dynamic_caches_agree(scoring):
+def test_generate_static_and_dynamic_caches_agree(scoring, family):
     tokenizer = tiny_tokenizer()
     tokenizer.padding_side = "left"
-    model = build("llama", scoring)
+    model = build(family, scoring)
     batch = tokenizer(["the cat sat", "every child likes some toys and"], return_tensors="pt", padding=True)
     outputs = {}
     with torch.no_grad():
