@@ -20,17 +20,18 @@ LM_EVAL_MODEL_NAME = "ssa-hf"
 _LM_EVAL_MODEL_TARGET = "ssa_hf.evaluation.lm_eval_model:SSAHFLM"
 
 _EXPORTS = {
-    "EvalConfig": "harness",
+    "EvalConfig": "config",
     "EvalResults": "harness",
     "run_eval": "harness",
     "run_eval_models": "harness",
-    "DEFAULT_TASKS": "harness",
-    "ProbeConfig": "zorro",
+    "DEFAULT_TASKS": "config",
+    "PerplexityConfig": "config",
+    "ProbeConfig": "config",
     "ProbeResults": "zorro",
     "run_probe": "zorro",
     "ZORRO_PARADIGMS": "zorro",
     "SCORING_METHODS": "zorro",
-    "CompareConfig": "compare",
+    "CompareConfig": "config",
     "CompareResults": "compare",
     "run_compare": "compare",
     "LOCAL_TASKS": "lm_tasks",

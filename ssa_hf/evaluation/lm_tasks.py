@@ -43,7 +43,7 @@ from typing import Any
 
 from ..data.sources import iter_jsonl_records, iter_lines
 from ..reporting import atomic_write_bytes
-from ._config import did_you_mean
+from .config import did_you_mean
 
 #: The tag every local task carries: `--tasks ssa_hf_local` runs all of them.
 LOCAL_TAG = "ssa_hf_local"

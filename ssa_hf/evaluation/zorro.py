@@ -27,7 +27,7 @@ import torch
 
 from ..data.sources import iter_lines
 from ..reporting import OutputDir
-from ._config import check_dtype, closest, config_from_yaml, did_you_mean
+from .config import SCORING_METHODS, TIE_RULES, ProbeConfig, check_dtype, did_you_mean
 from .checkpoint import check_tokenizer, checkpoint_info, default_name, resolve_model
 
 log = logging.getLogger(__name__)
@@ -58,65 +58,7 @@ ZORRO_PARADIGMS = (
     "quantifiers-superlative",
 )
 
-SCORING_METHODS = {"holistic": "mlm", "pll": "mlm", "loglik": "causal"}
 DEFAULT_METHODS = {"mlm": ["holistic", "pll"], "causal": ["loglik"]}
-
-
-@dataclass
-class ProbeConfig:
-    """One Zorro run. `zorro_dir`: a folder of the 23 paradigm files, or the Zorro root holding `sentences/`
-    (default version) and `sentences_conll2021/` (pick with `version`); `methods`: default holistic+pll for masked
-    LMs, loglik for causal LMs; `limit`: pairs per paradigm (None = all 2,000); `kind`: auto, mlm or causal."""
-
-    model: str = ""
-    zorro_dir: str = ""
-    tokenizer: str | None = None
-    version: str = "sentences"
-    methods: list[str] | None = None
-    paradigms: list[str] | None = None
-    limit: int | None = None
-    batch_size: int = 128
-    device: str | None = None
-    threads: int | None = None
-    dtype: str = "float32"
-    kind: str = "auto"
-    attn_implementation: str | None = None
-    trust_remote_code: bool = False
-    output_dir: str | None = None
-    name: str | None = None
-    save_scores: bool = False
-    ties: str = "random"  # "random" (seeded by tie_seed, paradigm and method) or "wrong"
-    tie_seed: int = 0
-
-    @classmethod
-    def from_yaml(cls, path: str | Path, **overrides: Any) -> ProbeConfig:
-        return config_from_yaml(cls, path, **overrides)
-
-    def validate(self) -> None:
-        if not self.model:
-            raise ValueError("model: give a checkpoint folder or a Hub id")
-        if not self.zorro_dir:
-            raise ValueError("zorro_dir: give the folder of the Zorro paradigm files (e.g. ../shared/data/zorro)")
-        if self.kind not in ("auto", "mlm", "causal"):
-            raise ValueError(f"kind must be auto, mlm or causal, got {self.kind!r}")
-        if isinstance(self.methods, str):
-            self.methods = [m for m in self.methods.split(",") if m]
-        if isinstance(self.paradigms, str):
-            self.paradigms = [p for p in self.paradigms.split(",") if p]
-        for method in self.methods or []:
-            if method not in SCORING_METHODS:
-                raise ValueError(
-                    f"unknown scoring method {method!r}{closest(method, SCORING_METHODS)} Choose from {list(SCORING_METHODS)}"
-                )
-        if self.limit is not None and int(self.limit) < 1:
-            raise ValueError(f"limit (pairs per paradigm) must be >= 1, got {self.limit}")
-        if int(self.batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.threads is not None and int(self.threads) < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
-        check_dtype(self.dtype)
-        if self.ties not in TIE_RULES:
-            raise ValueError(f"ties must be one of {TIE_RULES}, got {self.ties!r}")
 
 
 @dataclass
@@ -323,8 +265,6 @@ def score_loglik(model, tokenizer, sentences: list[str], batch_size: int = 64, p
 
 SCORERS = {"holistic": score_holistic, "pll": score_pll, "loglik": score_loglik}
 
-
-TIE_RULES = ("random", "wrong")
 
 
 def pair_accuracy(bad_scores: list[float], good_scores: list[float], ties: str = "random", seed: int = 0) -> dict[str, Any]:
