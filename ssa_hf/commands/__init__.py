@@ -11,6 +11,19 @@ import dataclasses
 from typing import Any
 
 
+def add_command(subparsers, name: str, run, summary: str, description: str | None = None, *, config=None,
+                skip: tuple[str, ...] = (), config_file: bool = True, progress: bool = False):
+    """The parser of the command `name`, which runs `run(args)`: with `config` (a dataclass), its options
+    (`add_config_arguments`); with `progress`, `--no-progress`. The command adds its positional arguments."""
+    parser = subparsers.add_parser(name, help=summary, description=description or summary)
+    if progress:
+        parser.add_argument("--no-progress", action="store_true", help="no progress bars (they show on a terminal only)")
+    if config is not None:
+        add_config_arguments(parser, config, skip=skip, config_file=config_file)
+    parser.set_defaults(func=run)
+    return parser
+
+
 def add_config_arguments(parser, cls, skip: tuple[str, ...] = (), config_file: bool = True) -> None:
     """One option per field of `cls` but those in `skip` (`--key` and `--key-with-hyphens`, each taking one word so
     that positional arguments may come anywhere) and, with `config_file`, `--config FILE` (YAML of the fields)."""

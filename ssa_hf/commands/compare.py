@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from . import add_config_arguments, config_from_args
+from . import add_command, config_from_args
+
+SUMMARY = "one report (tables and plots) from eval, probe and perplexity results of several models"
 
 
 def run(args) -> int:
@@ -21,11 +23,8 @@ def run(args) -> int:
 def register(subparsers) -> None:
     from ..evaluation.config import CompareConfig
 
-    parser = subparsers.add_parser(
-        "compare", help="one report (tables and plots) from eval, probe and perplexity results of several models"
-    )
+    parser = add_command(subparsers, "compare", run, SUMMARY, config=CompareConfig, skip=("results", "names"))
     parser.add_argument("results", nargs="*", metavar="RESULT",
                         help="results JSON files or folders (eval.json, probe.json, lm-eval output, perplexity JSON)")
-    parser.add_argument("--names", help="comma-separated model names, one per RESULT; empty keeps the name in the file (e.g. ,,ssa,softmax)")
-    add_config_arguments(parser, CompareConfig, skip=("results", "names"))
-    parser.set_defaults(func=run)
+    parser.add_argument("--names", help="comma-separated model names, one per RESULT; empty keeps the name in the "
+                        "file (e.g. ,,ssa,softmax)")

@@ -5,7 +5,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from . import add_config_arguments, config_from_args
+from . import add_command, config_from_args
+
+SUMMARY = "turn a Llama / RoBERTa / BERT checkpoint folder into its SSA twin"
+DESCRIPTION = ("Copy every weight of SRC into an ssa-hf model with the chosen attention scoring (the scoring "
+               "parameters are initialised from the config), check the outputs, and write DST atomically "
+               "with the tokenizer files and a model card.")
 
 
 @dataclass
@@ -53,14 +58,8 @@ def run(args) -> int:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "convert", help="turn a Llama / RoBERTa / BERT checkpoint folder into its SSA twin",
-        description="Copy every weight of SRC into an ssa-hf model with the chosen attention scoring (the scoring "
-                    "parameters are initialised from the config), check the outputs, and write DST atomically "
-                    "with the tokenizer files and a model card.")
+    parser = add_command(subparsers, "convert", run, SUMMARY, DESCRIPTION, config=ConvertOptions, config_file=False)
     parser.add_argument("src", help="source checkpoint folder (config.json + weights)")
     parser.add_argument("dst", help="destination folder (must not exist unless --overwrite)")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="a scoring setting, e.g. --set ssa_n_init=2 --set ssa_learn_n=false (repeatable)")
-    add_config_arguments(parser, ConvertOptions, config_file=False)
-    parser.set_defaults(func=run)

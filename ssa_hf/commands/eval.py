@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from . import add_config_arguments, config_from_args
+from . import add_command, config_from_args
+
+SUMMARY = "lm-evaluation-harness (zero-shot) on checkpoints: acc/acc_norm with chance and majority baselines"
+DESCRIPTION = ("Run lm-evaluation-harness on one or more checkpoint folders or Hub ids (several: side by side). "
+               "With --data-dir the stock task definitions read local files (offline).")
 
 
 def _write_tasks(config, folder: str, tasks: list[str] | None) -> None:
@@ -59,17 +63,10 @@ def run(args) -> int:
 def register(subparsers) -> None:
     from ..evaluation.config import EvalConfig
 
-    parser = subparsers.add_parser(
-        "eval",
-        help="lm-evaluation-harness (zero-shot) on checkpoints: acc/acc_norm with chance and majority baselines",
-        description="Run lm-evaluation-harness on one or more checkpoint folders or Hub ids (several: side by side). "
-        "With --data-dir the stock task definitions read local files (offline).",
-    )
+    parser = add_command(subparsers, "eval", run, SUMMARY, DESCRIPTION, config=EvalConfig, skip=("model", "name"))
     parser.add_argument("models", nargs="*", metavar="MODEL", help="checkpoint folder(s) or Hub id(s)")
     parser.add_argument("--names", help="comma-separated display names, one per MODEL")
     parser.add_argument("--write-tasks", metavar="DIR", help="write the local task YAMLs for --data-dir into DIR "
                         "(for lm_eval --include_path DIR); with no MODEL, only that")
     parser.add_argument("--baselines", action="store_true", help="only the chance and majority baselines of the tasks "
                         "(from their documents, no model): baselines.json, baselines.md")
-    add_config_arguments(parser, EvalConfig, skip=("model", "name"))
-    parser.set_defaults(func=run)

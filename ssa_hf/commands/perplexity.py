@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import add_config_arguments, config_from_args
+from . import add_command, config_from_args
+
+SUMMARY = "perplexity of a causal LM on random fixed-length windows of corpora"
+DESCRIPTION = ("Perplexity on N random windows of L tokens (documents joined with eos), e.g. in-distribution "
+               "(--heldout: the held-out documents of the training run) and out-of-distribution "
+               "(--data ../shared/data/wikitext/wiki.test.raw). Reports mean NLL, perplexity, windows and tokens.")
 
 
 def run(args) -> int:
@@ -23,14 +28,5 @@ def run(args) -> int:
 def register(subparsers) -> None:
     from ..evaluation.config import PerplexityConfig
 
-    parser = subparsers.add_parser(
-        "perplexity",
-        help="perplexity of a causal LM on random fixed-length windows of corpora",
-        description="Perplexity on N random windows of L tokens (documents joined with eos), e.g. in-distribution "
-        "(--heldout: the held-out documents of the training run) and out-of-distribution "
-        "(--data ../shared/data/wikitext/wiki.test.raw). Reports mean NLL, perplexity, windows and tokens.",
-    )
-    parser.add_argument("model", help="model folder (e.g. outputs/pretrain/RUN/final) or Hub id")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars (they show on a terminal only)")
-    add_config_arguments(parser, PerplexityConfig)
-    parser.set_defaults(func=run)
+    add_command(subparsers, "perplexity", run, SUMMARY, DESCRIPTION, config=PerplexityConfig, progress=True
+                ).add_argument("model", help="model folder (e.g. outputs/pretrain/RUN/final) or Hub id")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from . import add_config_arguments, config_from_args
+from . import add_command, config_from_args
+
+SUMMARY = ("Zorro grammar probes: masked LMs by holistic scoring and pseudo-log-likelihood, causal LMs by "
+           "log-likelihood")
 
 
 def run(args) -> int:
@@ -23,11 +26,5 @@ def run(args) -> int:
 def register(subparsers) -> None:
     from ..evaluation.config import ProbeConfig
 
-    parser = subparsers.add_parser(
-        "probe",
-        help="Zorro grammar probes: masked LMs by holistic scoring and pseudo-log-likelihood, causal LMs by log-likelihood",
-    )
+    parser = add_command(subparsers, "probe", run, SUMMARY, config=ProbeConfig, skip=("model",), progress=True)
     parser.add_argument("model", metavar="MODEL", help="checkpoint folder or Hub id")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars (they show on a terminal only)")
-    add_config_arguments(parser, ProbeConfig, skip=("model",))
-    parser.set_defaults(func=run)

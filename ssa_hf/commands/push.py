@@ -7,7 +7,12 @@ import os
 import sys
 from dataclasses import dataclass
 
-from . import add_config_arguments, config_from_args
+from . import add_command, config_from_args
+
+SUMMARY = "upload a checkpoint folder with its model card to the Hugging Face Hub"
+DESCRIPTION = ("Check DIR (an ssa-hf checkpoint with its remote code), render its model card if it has none "
+               "(or with --refresh-card / card options), and upload it to REPO_ID (created if needed). The "
+               "token comes from `hf auth login` or HF_TOKEN and is never printed.")
 
 
 @dataclass
@@ -89,12 +94,6 @@ def run(args) -> int:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "push", help="upload a checkpoint folder with its model card to the Hugging Face Hub",
-        description="Check DIR (an ssa-hf checkpoint with its remote code), render its model card if it has none "
-                    "(or with --refresh-card / card options), and upload it to REPO_ID (created if needed). The "
-                    "token comes from `hf auth login` or HF_TOKEN and is never printed.")
+    parser = add_command(subparsers, "push", run, SUMMARY, DESCRIPTION, config=PushOptions, config_file=False)
     parser.add_argument("dir", help="checkpoint folder written by save_pretrained / ssa-hf")
     parser.add_argument("repo_id", help="Hub repository, namespace/name")
-    add_config_arguments(parser, PushOptions, config_file=False)
-    parser.set_defaults(func=run)

@@ -172,7 +172,7 @@ class ProbeConfig(YamlConfig):
     output_dir: str | None = None
     name: str | None = None
     save_scores: bool = False
-    ties: str = "random"
+    ties: str = field(default="random", metadata={"choices": TIE_RULES})
     tie_seed: int = 0
 
     def validate(self) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..reporting import OutputDir
 from .config import DEFAULT_TASKS, EvalConfig, expand_task_names  # noqa: F401  (their home before)
-from .checkpoint import check_tokenizer, checkpoint_info, default_name, resolve_model
+from .checkpoint import checkpoint_info, default_name, start_model_run
 
 log = logging.getLogger(__name__)
 
@@ -239,12 +239,8 @@ def run_eval(config: EvalConfig) -> EvalResults:
 
     from .lm_tasks import task_manager
 
-    config.validate()
-    if config.threads:
-        torch.set_num_threads(int(config.threads))
     start = time.time()
-    model, is_local = resolve_model(config.model)
-    check_tokenizer(model, is_local, config.tokenizer)
+    model, is_local = start_model_run(config)
     name = config.name or default_name(model)
     out = OutputDir(config.output_dir) if config.output_dir else None
     with tempfile.TemporaryDirectory(prefix="ssa_hf_tasks_") as scratch:
