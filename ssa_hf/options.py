@@ -10,7 +10,7 @@ documents each field in the class docstring (`name: what it does`); this module 
   `ALIASES = {"old": "new"}` (a ClassVar): the old key is accepted with a deprecation warning.
 - `add_dataclass_arguments(parser, cls)`: one `--key` (`--section.key` for nested sections) per field, so that
   any config key can be overridden on the command line and `--help` lists them all (help from the docstring,
-  `choices` from the field's metadata, list values space- or comma-separated).
+  `choices` and `metavar` from the field's metadata, list values space- or comma-separated).
 - `load_dataclass(cls, path, **overrides)`: a flat dataclass from an optional YAML file plus options given;
   `YamlConfig` gives a config class `from_yaml(path, **overrides)` doing the same.
 
@@ -368,11 +368,14 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, prefix: str = 
     leaves = {key: (tp, owner) for key, tp, owner in dataclass_fields(cls, prefix)}
 
     def add(name: str, spelled: str, dest: str, help_text: str | None, tp, owner) -> None:
-        choices = {f.name: f.metadata for f in dataclasses.fields(owner)}[name].get("choices")
+        metadata = {f.name: f.metadata for f in dataclasses.fields(owner)}[name]
+        kwargs = _option_kwargs(tp, dest, help_text, metadata.get("choices"), one_word)
+        if "metavar" in metadata:
+            kwargs["metavar"] = metadata["metavar"]
         hyphens = spelled.replace("_", "-")
         spellings = [f"--{hyphens}"] if one_word else [f"--{spelled}"] + (
             [f"--{hyphens}"] if "_" in spelled.rsplit(".", 1)[-1] else [])
-        parser.add_argument(*spellings, **_option_kwargs(tp, dest, help_text, choices, one_word))
+        parser.add_argument(*spellings, **kwargs)
 
     for key, (tp, owner) in leaves.items():
         if key in skip:

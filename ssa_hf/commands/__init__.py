@@ -12,10 +12,13 @@ from typing import Any
 
 
 def add_command(subparsers, name: str, run, summary: str, description: str | None = None, *, config=None,
-                skip: tuple[str, ...] = (), config_file: bool = True, progress: bool = False):
-    """The parser of the command `name`, which runs `run(args)`: with `config` (a dataclass), its options
-    (`add_config_arguments`); with `progress`, `--no-progress`. The command adds its positional arguments."""
+                skip: tuple[str, ...] = (), config_file: bool = True, progress: bool = False,
+                positionals: dict[str, str] | None = None):
+    """The parser of the command `name`, which runs `run(args)`: its `positionals` (name -> help), with `config` (a
+    dataclass) its options (`add_config_arguments`), with `progress` `--no-progress`."""
     parser = subparsers.add_parser(name, help=summary, description=description or summary)
+    for positional, help_text in (positionals or {}).items():
+        parser.add_argument(positional, help=help_text)
     if progress:
         parser.add_argument("--no-progress", action="store_true", help="no progress bars (they show on a terminal only)")
     if config is not None:

@@ -58,8 +58,8 @@ def run(args) -> int:
 
 
 def register(subparsers) -> None:
-    parser = add_command(subparsers, "convert", run, SUMMARY, DESCRIPTION, config=ConvertOptions, config_file=False)
-    parser.add_argument("src", help="source checkpoint folder (config.json + weights)")
-    parser.add_argument("dst", help="destination folder (must not exist unless --overwrite)")
+    parser = add_command(subparsers, "convert", run, SUMMARY, DESCRIPTION, config=ConvertOptions, config_file=False,
+                         positionals={"src": "source checkpoint folder (config.json + weights)",
+                                      "dst": "destination folder (must not exist unless --overwrite)"})
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="a scoring setting, e.g. --set ssa_n_init=2 --set ssa_learn_n=false (repeatable)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import add_command, config_from_args
 
@@ -40,8 +40,8 @@ class PushOptions:
     commit_message: str | None = None
     dry_run: bool = False
     refresh_card: bool = False
-    training: str | None = None
-    evaluation: str | None = None
+    training: str | None = field(default=None, metadata={"metavar": "FILE"})
+    evaluation: str | None = field(default=None, metadata={"metavar": "FILE"})
     base_preset: str | None = None
     base_model: str | None = None
     license: str | None = None
@@ -94,6 +94,6 @@ def run(args) -> int:
 
 
 def register(subparsers) -> None:
-    parser = add_command(subparsers, "push", run, SUMMARY, DESCRIPTION, config=PushOptions, config_file=False)
-    parser.add_argument("dir", help="checkpoint folder written by save_pretrained / ssa-hf")
-    parser.add_argument("repo_id", help="Hub repository, namespace/name")
+    add_command(subparsers, "push", run, SUMMARY, DESCRIPTION, config=PushOptions, config_file=False,
+                positionals={"dir": "checkpoint folder written by save_pretrained / ssa-hf",
+                             "repo_id": "Hub repository, namespace/name"})

@@ -219,7 +219,7 @@ class PerplexityConfig(YamlConfig):
     trust_remote_code: allow the model folder's own Python code (not needed for ssa-hf checkpoints).
     """
 
-    data: list[str] = field(default_factory=list)
+    data: list[str] = field(default_factory=list, metadata={"metavar": "FILE_OR_HUB"})
     heldout: bool = False
     name: str | None = None
     split: str = "train"
