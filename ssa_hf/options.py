@@ -103,9 +103,9 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
         return from_dict(tp, value, where)
     if origin in (list, tuple):
         (item,) = typing.get_args(tp)[:1] or (Any,)
-        if isinstance(value, str):
+        if isinstance(value, str):  # a YAML list, else comma-separated as on the command line ("a,b")
             parsed = parse_scalar(value)
-            value = parsed if isinstance(parsed, list) else [value]
+            value = parsed if isinstance(parsed, list) else [part.strip() for part in value.split(",") if part.strip()]
         if not isinstance(value, (list, tuple)):
             value = [value]
         return [coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
