@@ -10,8 +10,9 @@ documents each field in the class docstring (`name: what it does`); this module 
   `ALIASES = {"old": "new"}` (a ClassVar): the old key is accepted with a deprecation warning.
 - `add_dataclass_arguments(parser, cls)`: one `--key` (`--section.key` for nested sections) per field, so that
   any config key can be overridden on the command line and `--help` lists them all (help from the docstring,
-  `choices` from the field's metadata, list values space- or comma-separated).
-- `load_dataclass(cls, path, **overrides)`: a flat dataclass from an optional YAML file plus options given.
+  `choices` and `metavar` from the field's metadata, list values space- or comma-separated).
+- `load_dataclass(cls, path, **overrides)`: a flat dataclass from an optional YAML file plus options given;
+  `YamlConfig` gives a config class `from_yaml(path, **overrides)` doing the same.
 
 Importing this module is light (no torch), so that `--help` of every command answers at once.
 """
@@ -57,7 +58,7 @@ def load_yaml(path: str | Path, _seen: tuple = ()) -> dict:
         raise ConfigError(f"{path}: 'base' chain loops back to itself")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as error:
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: not valid YAML: {error}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config is a mapping of keys to values")
@@ -102,9 +103,9 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
         return from_dict(tp, value, where)
     if origin in (list, tuple):
         (item,) = typing.get_args(tp)[:1] or (Any,)
-        if isinstance(value, str):
+        if isinstance(value, str):  # a YAML list, else comma-separated as on the command line ("a,b")
             parsed = parse_scalar(value)
-            value = parsed if isinstance(parsed, list) else [value]
+            value = parsed if isinstance(parsed, list) else [part.strip() for part in value.split(",") if part.strip()]
         if not isinstance(value, (list, tuple)):
             value = [value]
         return [coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
@@ -262,6 +263,14 @@ def load_dataclass(cls, path: str | Path | None = None, **overrides: Any):
         raise ConfigError(f"{path}: {error}" if path else str(error)) from None
 
 
+class YamlConfig:
+    """A config dataclass that loads itself: `Config.from_yaml(path, **overrides)`, as `load_dataclass`."""
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any):
+        return load_dataclass(cls, path, **overrides)
+
+
 def to_dict(obj) -> dict:
     return dataclasses.asdict(obj)
 
@@ -288,11 +297,12 @@ def set_dotted(data: dict, key: str, value: Any) -> None:
 
 
 class _KeyValues(argparse.Action):
-    """`--section.mapping KEY=VALUE [KEY=VALUE ...]` -> {KEY: VALUE, ...} (values parsed as YAML scalars)."""
+    """`--section.mapping KEY=VALUE [KEY=VALUE ...]` -> {KEY: VALUE, ...} (values parsed as YAML scalars); taking one
+    word (`one_word`), each occurrence adds its pair."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        mapping = {}
-        for item in values:
+        mapping = dict(getattr(namespace, self.dest, None) or {}) if self.nargs is None else {}
+        for item in [values] if isinstance(values, str) else values:
             if "=" not in item:
                 parser.error(f"{option_string} takes KEY=VALUE pairs, got {item!r}")
             key, _, text = item.partition("=")
@@ -301,23 +311,29 @@ class _KeyValues(argparse.Action):
 
 
 class _ListValues(argparse.Action):
-    """`--key A B` or `--key A,B` -> ["A", "B"] (the items are typed when the config is built)."""
+    """`--key A B` or `--key A,B` -> ["A", "B"] (the items are typed when the config is built); taking one word
+    (`one_word`), the items of every occurrence add up."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, [item for value in values for item in value.split(",") if item.strip()])
+        items = list(getattr(namespace, self.dest, None) or []) if self.nargs is None else []
+        words = [values] if isinstance(values, str) else values
+        setattr(namespace, self.dest, items + [item for value in words for item in value.split(",") if item.strip()])
 
 
-def _option_kwargs(tp, dest: str, help_text: str | None, choices=None) -> dict[str, Any]:
-    """argparse keywords of the option of a field of type `tp`: absent from the namespace unless given."""
+def _option_kwargs(tp, dest: str, help_text: str | None, choices=None, one_word: bool = False) -> dict[str, Any]:
+    """argparse keywords of the option of a field of type `tp`: absent from the namespace unless given. With
+    `one_word`, the option takes one command-line word at most (see `add_dataclass_arguments`)."""
     kwargs: dict[str, Any] = {"dest": dest, "default": argparse.SUPPRESS, "help": help_text}
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     union = origin in (Union, types.UnionType)
+    several = None if one_word else "+"
     if tp is bool or (union and bool in args):
-        kwargs.update(nargs="?", const="true", metavar="BOOL")
+        kwargs.update(action=argparse.BooleanOptionalAction) if one_word else kwargs.update(
+            nargs="?", const="true", metavar="BOOL")
     elif origin is dict or tp is dict or (union and any(typing.get_origin(a) is dict for a in args)):
-        kwargs.update(nargs="+", action=_KeyValues, metavar="KEY=VALUE")
+        kwargs.update(nargs=several, action=_KeyValues, metavar="KEY=VALUE")
     elif origin is list or (union and all(typing.get_origin(a) is list for a in args if a is not type(None))):
-        kwargs.update(nargs="+", action=_ListValues, metavar="VALUE")
+        kwargs.update(nargs=several, action=_ListValues, metavar="VALUE")
     else:
         kwargs["metavar"] = "VALUE"
     if choices:
@@ -339,33 +355,42 @@ def dataclass_fields(cls, prefix: str = "") -> list[tuple[str, Any, Any]]:
 
 
 def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, prefix: str = "", skip: tuple[str, ...] = (),
-                            shortcuts: dict[str, str | tuple[str, ...]] | None = None) -> None:
+                            shortcuts: dict[str, str | tuple[str, ...]] | None = None, one_word: bool = False) -> None:
     """One option per field of `cls` (recursively for nested dataclasses), each stored under its dotted key and
     absent from the namespace unless given. `shortcuts` adds short names: {"steps": "train.steps"} makes
     `--steps` (and `--steps` spelled with hyphens) set `train.steps`; a tuple of keys sets each of them. Old
-    field names (`ALIASES`) stay options too, marked deprecated."""
+    field names (`ALIASES`) stay options too, marked deprecated.
+
+    `one_word=True` (commands with positional arguments, which an option taking several words would swallow):
+    every option takes one word at most: a list `--key A,B` (repeatable, the items add up), a mapping
+    `--key K=V` (repeatable), a boolean a flag `--key` with its negation `--no-key`; options are spelled with
+    hyphens only (`--data-dir`), as in the commands' own options."""
     leaves = {key: (tp, owner) for key, tp, owner in dataclass_fields(cls, prefix)}
+
+    def add(name: str, spelled: str, dest: str, help_text: str | None, tp, owner) -> None:
+        metadata = {f.name: f.metadata for f in dataclasses.fields(owner)}[name]
+        kwargs = _option_kwargs(tp, dest, help_text, metadata.get("choices"), one_word)
+        if "metavar" in metadata:
+            kwargs["metavar"] = metadata["metavar"]
+        hyphens = spelled.replace("_", "-")
+        spellings = [f"--{hyphens}"] if one_word else [f"--{spelled}"] + (
+            [f"--{hyphens}"] if "_" in spelled.rsplit(".", 1)[-1] else [])
+        parser.add_argument(*spellings, **kwargs)
+
     for key, (tp, owner) in leaves.items():
         if key in skip:
             continue
         name = key.rsplit(".", 1)[-1]
-        metadata = {f.name: f.metadata for f in dataclasses.fields(owner)}[name]
-        spellings = [f"--{key}"] + ([f"--{key.replace('_', '-')}"] if "_" in key.rsplit(".", 1)[-1] else [])
-        parser.add_argument(*spellings, **_option_kwargs(tp, key, _field_help(owner, name), metadata.get("choices")))
+        add(name, key, key, _field_help(owner, name), tp, owner)
         for old, new in aliases_of(owner).items():
             if new == name:
-                old_key = key[: len(key) - len(name)] + old
-                parser.add_argument(f"--{old_key}", **_option_kwargs(
-                    tp, key, f"deprecated name of --{key}", metadata.get("choices")))
+                add(name, key[: len(key) - len(name)] + old, key, f"deprecated name of --{key}", tp, owner)
     for short, targets in (shortcuts or {}).items():
         targets = (targets,) if isinstance(targets, str) else tuple(targets)
         tp, owner = leaves[targets[0]]
         name = targets[0].rsplit(".", 1)[-1]
-        metadata = {f.name: f.metadata for f in dataclasses.fields(owner)}[name]
         help_text = _field_help(owner, name) if len(targets) == 1 else f"sets {', '.join(targets)}"
-        spellings = [f"--{short}"] + ([f"--{short.replace('_', '-')}"] if "_" in short else [])
-        parser.add_argument(*spellings, **_option_kwargs(tp, "shortcut:" + "+".join(targets), help_text,
-                                                          metadata.get("choices")))
+        add(name, short, "shortcut:" + "+".join(targets), help_text, tp, owner)
 
 
 def options_given(namespace: argparse.Namespace, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -388,10 +413,17 @@ def dotted_to_nested(values: dict[str, Any]) -> dict:
 
 
 def _field_help(cls, name: str) -> str | None:
-    doc = cls.__doc__ or ""
-    for line in doc.splitlines():
+    """The help of field `name`: its line `name: text` in the class docstring, with the lines below it that are
+    indented deeper (its continuation)."""
+    lines = (cls.__doc__ or "").splitlines()
+    for i, line in enumerate(lines):
         stripped = line.strip()
         if stripped.startswith(f"{name}:"):
-            return stripped[len(name) + 1 :].strip().replace("%", "%%")
+            indent = len(line) - len(line.lstrip())
+            parts = [stripped[len(name) + 1 :].strip()]
+            for more in lines[i + 1 :]:
+                if not more.strip() or len(more) - len(more.lstrip()) <= indent:
+                    break
+                parts.append(more.strip())
+            return " ".join(parts).replace("%", "%%")
     return None
-

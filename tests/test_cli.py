@@ -126,3 +126,28 @@ def test_icl_help_lists_every_config_key_and_the_old_names():
                    "--linear-sigmas", "--scoring"):
         assert option in result.stdout, option
     assert "deprecated name of --attention_scoring" in " ".join(result.stdout.split())
+
+
+def test_evaluation_options_come_from_the_config_classes_and_take_one_word(tmp_path):
+    """eval/probe/perplexity/convert/push list no field by hand: their options are the config dataclasses' fields,
+    each taking one word, so that an option never swallows a positional argument."""
+    from ssa_hf.cli import parse_args
+    from ssa_hf.commands import config_from_args
+    from ssa_hf.commands.push import PushOptions
+    from ssa_hf.evaluation.config import EvalConfig, PerplexityConfig
+
+    args = parse_args(["eval", "--tasks", "boolq,arc_easy", "m1", "m2", "--limit", "0.5", "--model-args",
+                       "max_length=512", "--model-args", "add_bos_token=true", "--trust-remote-code"])
+    config = config_from_args(EvalConfig, args)
+    assert args.models == ["m1", "m2"] and config.tasks == ["boolq", "arc_easy"] and config.limit == 0.5
+    assert config.model_args == {"max_length": 512, "add_bos_token": True} and config.trust_remote_code is True
+    path = tmp_path / "eval.yaml"
+    path.write_text("tasks: hellaswag,piqa\nbatch_size: 2\n")  # a YAML string list reads as on the command line
+    config = config_from_args(EvalConfig, parse_args(["eval", "m", "--config", str(path), "--batch-size", "4"]))
+    assert config.tasks == ["hellaswag", "piqa"] and config.batch_size == 4
+    config = config_from_args(PerplexityConfig, parse_args(["perplexity", "m", "--data", "a", "--data", "b,c"]))
+    assert config.data == ["a", "b", "c"] and config.windows == 1000
+    assert config_from_args(PushOptions, parse_args(["push", "d", "o/r", "--no-validate-online"])).validate_online is False
+    path.write_text("num_fewshots: 1\n")
+    with pytest.raises(ValueError, match="unknown config key 'num_fewshots'; did you mean 'num_fewshot'"):
+        config_from_args(EvalConfig, parse_args(["eval", "m", "--config", str(path)]))

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from . import add_command, config_from_args
+
+SUMMARY = "one report (tables and plots) from eval, probe and perplexity results of several models"
+
 
 def run(args) -> int:
-    from ..evaluation._config import load_config
-    from ..evaluation.compare import CompareConfig, run_compare
+    from ..evaluation.compare import run_compare
+    from ..evaluation.config import CompareConfig
 
-    names = args.names.split(",") if args.names else None
-    overrides = dict(results=args.results or None, names=names, output_dir=args.output_dir, title=args.title)
-    config = load_config(CompareConfig, args.config, **overrides)
+    names = args.names.split(",") if args.names else None  # (an empty entry keeps the file's name)
+    config = config_from_args(CompareConfig, args, results=args.results or None, names=names)
     config.output_dir = config.output_dir or "outputs/compare"
     result = run_compare(config)
     print(result.markdown)
@@ -18,13 +21,10 @@ def run(args) -> int:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "compare", help="one report (tables and plots) from eval, probe and perplexity results of several models"
-    )
+    from ..evaluation.config import CompareConfig
+
+    parser = add_command(subparsers, "compare", run, SUMMARY, config=CompareConfig, skip=("results", "names"))
     parser.add_argument("results", nargs="*", metavar="RESULT",
                         help="results JSON files or folders (eval.json, probe.json, lm-eval output, perplexity JSON)")
-    parser.add_argument("--names", help="comma-separated model names, one per RESULT; empty keeps the name in the file (e.g. ,,ssa,softmax)")
-    parser.add_argument("--title", help="report title")
-    parser.add_argument("--config", help="YAML file of CompareConfig fields (command-line options win)")
-    parser.add_argument("--output-dir", help="(default outputs/compare) folder for compare.md, compare.json, plots")
-    parser.set_defaults(func=run)
+    parser.add_argument("--names", help="comma-separated model names, one per RESULT; empty keeps the name in the "
+                        "file (e.g. ,,ssa,softmax)")

@@ -1,18 +1,48 @@
 """`ssa-hf convert`: turn a Llama, RoBERTa or BERT checkpoint folder into its SSA twin."""
 
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from . import add_command, config_from_args
+
+SUMMARY = "turn a Llama / RoBERTa / BERT checkpoint folder into its SSA twin"
+DESCRIPTION = ("Copy every weight of SRC into an ssa-hf model with the chosen attention scoring (the scoring "
+               "parameters are initialised from the config), check the outputs, and write DST atomically "
+               "with the tokenizer files and a model card.")
+
+
+@dataclass
+class ConvertOptions:
+    """The options of `ssa-hf convert` (arguments of `ssa_hf.hub.convert_checkpoint`).
+
+    attention_scoring: scoring function (ssa, softmax, ...; a comma-separated list gives one per head).
+    dtype: dtype of the saved weights (auto: the source's).
+    overwrite: replace DST if it exists.
+    check: run both models on a random batch and compare their outputs (--no-check skips it).
+    base_model: Hub id of the source model, recorded as base_model in the card.
+    license: license id for the card metadata (e.g. apache-2.0).
+    """
+
+    attention_scoring: str = "ssa"
+    dtype: str = field(default="auto", metadata={"choices": ("auto", "float32", "bfloat16", "float16")})
+    overwrite: bool = False
+    check: bool = True
+    base_model: str | None = None
+    license: str | None = None
+
 
 def run(args) -> int:
     from ..hub import convert_checkpoint
     from ..presets import parse_overrides
 
-    overrides = parse_overrides(args.set)
-    scoring = args.attention_scoring
+    options = dataclasses.asdict(config_from_args(ConvertOptions, args))
+    scoring = options.pop("attention_scoring")
     if "," in scoring:
         scoring = [name.strip() for name in scoring.split(",")]
-    result = convert_checkpoint(
-        args.src, args.dst, scoring, dtype=args.dtype, overwrite=args.overwrite, check_outputs=not args.no_check,
-        base_model=args.base_model, license=args.license, **overrides,
-    )
+    result = convert_checkpoint(args.src, args.dst, scoring, check_outputs=options.pop("check"), **options,
+                                **parse_overrides(args.set))
     check = result.output_check
     print(f"converted {result.source_class} -> {result.target_class} (attention_scoring={result.attention_scoring!r}, "
           f"dtype {result.dtype})")
@@ -28,21 +58,8 @@ def run(args) -> int:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "convert", help="turn a Llama / RoBERTa / BERT checkpoint folder into its SSA twin",
-        description="Copy every weight of SRC into an ssa-hf model with the chosen attention scoring (the scoring "
-                    "parameters are initialised from the config), check the outputs, and write DST atomically "
-                    "with the tokenizer files and a model card.")
-    parser.add_argument("src", help="source checkpoint folder (config.json + weights)")
-    parser.add_argument("dst", help="destination folder (must not exist unless --overwrite)")
-    parser.add_argument("--attention-scoring", default="ssa",
-                        help="scoring function (ssa, softmax, ...; a comma-separated list gives one per head)")
+    parser = add_command(subparsers, "convert", run, SUMMARY, DESCRIPTION, config=ConvertOptions, config_file=False,
+                         positionals={"src": "source checkpoint folder (config.json + weights)",
+                                      "dst": "destination folder (must not exist unless --overwrite)"})
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="a scoring setting, e.g. --set ssa_n_init=2 --set ssa_learn_n=false (repeatable)")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                        help="dtype of the saved weights (auto: the source's)")
-    parser.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
-    parser.add_argument("--no-check", action="store_true", help="skip running both models on a random batch")
-    parser.add_argument("--base-model", help="Hub id of the source model, recorded as base_model in the card")
-    parser.add_argument("--license", help="license id for the card metadata (e.g. apache-2.0)")
-    parser.set_defaults(func=run)

@@ -2,53 +2,44 @@
 
 from __future__ import annotations
 
+from . import add_command, config_from_args
 
-def _limit(text: str) -> int | float:
-    value = float(text)
-    return int(value) if value >= 1 and value.is_integer() else value
+SUMMARY = "lm-evaluation-harness (zero-shot) on checkpoints: acc/acc_norm with chance and majority baselines"
+DESCRIPTION = ("Run lm-evaluation-harness on one or more checkpoint folders or Hub ids (several: side by side). "
+               "With --data-dir the stock task definitions read local files (offline).")
+
+
+def _write_tasks(config, folder: str, tasks: list[str] | None) -> None:
+    from ..evaluation.config import DEFAULT_TASKS
+    from ..evaluation.lm_tasks import write_local_tasks
+
+    if not config.data_dir:
+        raise ValueError("--write-tasks needs --data-dir (the local data the tasks read)")
+    folder = write_local_tasks(config.data_dir, folder, tasks)
+    print(f"wrote local lm-eval tasks to {folder}; run them with:\n"
+          f"  lm_eval --model hf --model_args pretrained=DIR,trust_remote_code=True --device cpu "
+          f"--include_path {folder} --tasks {','.join(tasks or DEFAULT_TASKS)}")
 
 
 def run(args) -> int:
-    from ..evaluation._config import load_config
-    from ..evaluation.harness import DEFAULT_TASKS, EvalConfig, run_eval_models
-    from ..evaluation.lm_tasks import write_local_tasks
+    from ..evaluation.config import DEFAULT_TASKS, EvalConfig
+    from ..evaluation.harness import run_eval_models
 
-    tasks = [t for t in (args.tasks or "").split(",") if t] or None
+    config = config_from_args(EvalConfig, args)
+    tasks = getattr(args, "tasks", None)  # given on the command line (else: every local task / the default set)
     if args.baselines:
         from ..evaluation.harness import task_baselines
 
-        out = args.output_dir or "outputs/eval"
-        task_baselines(tasks or DEFAULT_TASKS, args.data_dir, args.limit, out)
+        out = config.output_dir or "outputs/eval"
+        task_baselines(tasks or DEFAULT_TASKS, config.data_dir, config.limit, out)
         print(open(f"{out}/baselines.md").read())
         return 0
     if args.write_tasks:
-        if not args.data_dir:
-            raise ValueError("--write-tasks needs --data-dir (the local data the tasks read)")
-        folder = write_local_tasks(args.data_dir, args.write_tasks, tasks)
-        print(f"wrote local lm-eval tasks to {folder}; run them with:\n"
-              f"  lm_eval --model hf --model_args pretrained=DIR,trust_remote_code=True --device cpu "
-              f"--include_path {folder} --tasks {','.join(tasks or DEFAULT_TASKS)}")
+        _write_tasks(config, args.write_tasks, tasks)
         if not args.models:
             return 0
     if not args.models:
         raise ValueError("give MODEL (a checkpoint folder or a Hub id)")
-    overrides = dict(
-        tasks=tasks,
-        data_dir=args.data_dir,
-        limit=args.limit,
-        num_fewshot=args.num_fewshot,
-        batch_size=args.batch_size,
-        device=args.device,
-        threads=args.threads,
-        tokenizer=args.tokenizer,
-        dtype=args.dtype,
-        attn_implementation=args.attn_implementation,
-        trust_remote_code=args.trust_remote_code or None,
-        seed=args.seed,
-        output_dir=args.output_dir,
-        log_samples=args.log_samples or None,
-    )
-    config = load_config(EvalConfig, args.config, **overrides)
     config.output_dir = config.output_dir or "outputs/eval"
     names = [n for n in args.names.split(",")] if args.names else None
     from ..cli import summarised_warnings
@@ -70,33 +61,12 @@ def run(args) -> int:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "eval",
-        help="lm-evaluation-harness (zero-shot) on checkpoints: acc/acc_norm with chance and majority baselines",
-        description="Run lm-evaluation-harness on one or more checkpoint folders or Hub ids (several: side by side). "
-        "With --data-dir the stock task definitions read local files (offline).",
-    )
+    from ..evaluation.config import EvalConfig
+
+    parser = add_command(subparsers, "eval", run, SUMMARY, DESCRIPTION, config=EvalConfig, skip=("model", "name"))
     parser.add_argument("models", nargs="*", metavar="MODEL", help="checkpoint folder(s) or Hub id(s)")
-    parser.add_argument("--tasks", help="comma-separated lm-eval tasks (default arc_easy,arc_challenge,boolq,hellaswag; "
-                        "with --data-dir: arc_easy, arc_challenge, boolq, hellaswag, piqa)")
-    parser.add_argument("--data-dir", help="local data in the layout of ../shared/data (else the Hub)")
-    parser.add_argument("--limit", type=_limit, help="documents per task: a count, or a fraction < 1 (default all)")
-    parser.add_argument("--num-fewshot", type=int, help="few-shot examples (default 0: zero-shot)")
-    parser.add_argument("--batch-size", type=int, help="batch size of the model calls (default 16)")
-    parser.add_argument("--tokenizer", help="tokenizer folder or Hub id (default: the model's own)")
-    parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's; 1 is much faster on a "
-                        "busy shared machine)")
-    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
-    parser.add_argument("--dtype", help="auto (the checkpoint's), float32, bfloat16, ... (default auto)")
-    parser.add_argument("--attn-implementation", help="ssa_auto (default), ssa_eager, ssa_flex, ssa_blockwise")
-    parser.add_argument("--trust-remote-code", action="store_true", help="allow a checkpoint's own modeling code")
-    parser.add_argument("--seed", type=int, help="lm-eval's seeds (default 1234)")
     parser.add_argument("--names", help="comma-separated display names, one per MODEL")
-    parser.add_argument("--log-samples", action="store_true", help="also write every scored document (eval_samples.json)")
-    parser.add_argument("--config", help="YAML file of EvalConfig fields (command-line options win)")
     parser.add_argument("--write-tasks", metavar="DIR", help="write the local task YAMLs for --data-dir into DIR "
                         "(for lm_eval --include_path DIR); with no MODEL, only that")
     parser.add_argument("--baselines", action="store_true", help="only the chance and majority baselines of the tasks "
                         "(from their documents, no model): baselines.json, baselines.md")
-    parser.add_argument("--output-dir", help="(default outputs/eval) folder for eval.json, eval.md (default outputs/eval)")
-    parser.set_defaults(func=run)

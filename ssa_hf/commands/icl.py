@@ -3,6 +3,8 @@
 The options come from the config dataclasses (`ssa_hf.icl.config`, through `ssa_hf.options`): every key is an
 option (`--train.lr`, `--eval.seed`, ...), with the short names of `SHORTCUTS` (`--steps`, `--layers`, ...)."""
 
+from . import add_command
+
 SUMMARY = "the paper's in-context-learning experiments: softmax vs SSA under distribution shift"
 NON_CONFIG = ("preset", "config", "output_dir", "no_progress", "strict", "func", "command", "verbose")
 
@@ -35,12 +37,10 @@ def register(subparsers) -> None:
     from ..icl.config import SHORTCUTS, ICLConfig
     from ..options import add_dataclass_arguments
 
-    p = subparsers.add_parser("icl", help=SUMMARY, description=SUMMARY + ". Options override the preset (or --config); "
-                              "lists are comma- or space-separated (--tasks every,some).")
+    p = add_command(subparsers, "icl", run, SUMMARY, SUMMARY + ". Options override the preset (or --config); lists "
+                    "are comma- or space-separated (--tasks every,some).", progress=True)
     p.add_argument("--preset", default="quick", help="quick (CPU, minutes) or paper (the paper's budget, for a GPU)")
     p.add_argument("--config", help="a YAML file (configs/icl/*.yaml); replaces --preset")
     p.add_argument("--output-dir", default="outputs/icl", help="folder for results.json, report.md, plots and runs/")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars (they show on a terminal only)")
     p.add_argument("--strict", action="store_true", help="exit 1 when a run fails the in-distribution check")
     add_dataclass_arguments(p, ICLConfig, shortcuts=SHORTCUTS)
-    p.set_defaults(func=run)

@@ -1,7 +1,52 @@
 """`ssa-hf push`: upload a checkpoint folder with its model card to the Hugging Face Hub."""
 
+from __future__ import annotations
+
+import dataclasses
 import os
 import sys
+from dataclasses import dataclass, field
+
+from . import add_command, config_from_args
+
+SUMMARY = "upload a checkpoint folder with its model card to the Hugging Face Hub"
+DESCRIPTION = ("Check DIR (an ssa-hf checkpoint with its remote code), render its model card if it has none "
+               "(or with --refresh-card / card options), and upload it to REPO_ID (created if needed). The "
+               "token comes from `hf auth login` or HF_TOKEN and is never printed.")
+
+
+@dataclass
+class PushOptions:
+    """The options of `ssa-hf push` (arguments of `ssa_hf.hub.push_to_hub`).
+
+    private: create the repository as private.
+    revision: branch to push to.
+    create_pr: open a pull request instead of committing.
+    commit_message: commit message.
+    dry_run: check the folder and render the card, list what would be uploaded, contact nothing.
+    refresh_card: render README.md again (with the repo id).
+    training: JSON/YAML file with training information for the card.
+    evaluation: JSON/YAML file with evaluation results (ssa-hf list or lm-eval's results JSON).
+    base_preset: ssa-hf preset the model was built from.
+    base_model: Hub id of the model it was fine-tuned or converted from.
+    license: license id, e.g. apache-2.0.
+    language: language code, e.g. en.
+    validate_online: let the Hub validate the card before uploading (--no-validate-online skips the request).
+    """
+
+    private: bool = False
+    revision: str | None = None
+    create_pr: bool = False
+    commit_message: str | None = None
+    dry_run: bool = False
+    refresh_card: bool = False
+    training: str | None = field(default=None, metadata={"metavar": "FILE"})
+    evaluation: str | None = field(default=None, metadata={"metavar": "FILE"})
+    base_preset: str | None = None
+    base_model: str | None = None
+    license: str | None = None
+    language: str | None = None
+    validate_online: bool = True
 
 
 def _secrets(args) -> list[str]:
@@ -24,16 +69,9 @@ def _redact(text: str, secrets: list[str]) -> str:
 def run(args) -> int:
     from ..hub import PushError, push_to_hub
 
-    card_kwargs = {k: v for k, v in {
-        "training": args.training, "evaluation": args.evaluation, "base_preset": args.base_preset,
-        "base_model": args.base_model, "license": args.license, "language": args.language,
-    }.items() if v is not None}
+    options = config_from_args(PushOptions, args)
     try:
-        result = push_to_hub(
-            args.dir, args.repo_id, private=args.private, revision=args.revision, create_pr=args.create_pr,
-            commit_message=args.commit_message, refresh_card=args.refresh_card, dry_run=args.dry_run,
-            validate_online=not args.no_validate_online, **card_kwargs,
-        )
+        result = push_to_hub(args.dir, args.repo_id, **dataclasses.asdict(options))
     except (ValueError, FileNotFoundError, FileExistsError):
         raise  # ssa-hf's own messages, printed by the CLI
     except PushError as error:  # the Hub's or the network's refusal, with what to do; never with the token
@@ -56,27 +94,6 @@ def run(args) -> int:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "push", help="upload a checkpoint folder with its model card to the Hugging Face Hub",
-        description="Check DIR (an ssa-hf checkpoint with its remote code), render its model card if it has none "
-                    "(or with --refresh-card / card options), and upload it to REPO_ID (created if needed). The "
-                    "token comes from `hf auth login` or HF_TOKEN and is never printed.")
-    parser.add_argument("dir", help="checkpoint folder written by save_pretrained / ssa-hf")
-    parser.add_argument("repo_id", help="Hub repository, namespace/name")
-    parser.add_argument("--private", action="store_true", help="create the repository as private")
-    parser.add_argument("--revision", help="branch to push to")
-    parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
-    parser.add_argument("--commit-message", help="commit message")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="check the folder and render the card, list what would be uploaded, contact nothing")
-    parser.add_argument("--refresh-card", action="store_true", help="render README.md again (with the repo id)")
-    parser.add_argument("--training", metavar="FILE", help="JSON/YAML with training information for the card")
-    parser.add_argument("--evaluation", metavar="FILE",
-                        help="JSON/YAML with evaluation results (ssa-hf list or lm-eval's results JSON)")
-    parser.add_argument("--base-preset", help="ssa-hf preset the model was built from")
-    parser.add_argument("--base-model", help="Hub id of the model it was fine-tuned or converted from")
-    parser.add_argument("--license", help="license id, e.g. apache-2.0")
-    parser.add_argument("--language", help="language code, e.g. en")
-    parser.add_argument("--no-validate-online", action="store_true",
-                        help="skip the Hub's card validation request before uploading")
-    parser.set_defaults(func=run)
+    add_command(subparsers, "push", run, SUMMARY, DESCRIPTION, config=PushOptions, config_file=False,
+                positionals={"dir": "checkpoint folder written by save_pretrained / ssa-hf",
+                             "repo_id": "Hub repository, namespace/name"})

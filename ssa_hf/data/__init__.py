@@ -7,8 +7,7 @@ so that the command line can build its options from them at once.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from ..lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(["DataConfig", "TASKS", "check_replace_probs"], "config"),
@@ -22,14 +21,6 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = sorted(_EXPORTS)

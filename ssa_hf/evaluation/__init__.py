@@ -13,24 +13,24 @@ where lm-eval is not installed.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from ..lazy import lazy_exports
 
 LM_EVAL_MODEL_NAME = "ssa-hf"
 _LM_EVAL_MODEL_TARGET = "ssa_hf.evaluation.lm_eval_model:SSAHFLM"
 
 _EXPORTS = {
-    "EvalConfig": "harness",
+    "EvalConfig": "config",
     "EvalResults": "harness",
     "run_eval": "harness",
     "run_eval_models": "harness",
-    "DEFAULT_TASKS": "harness",
-    "ProbeConfig": "zorro",
+    "DEFAULT_TASKS": "config",
+    "PerplexityConfig": "config",
+    "ProbeConfig": "config",
     "ProbeResults": "zorro",
     "run_probe": "zorro",
     "ZORRO_PARADIGMS": "zorro",
     "SCORING_METHODS": "zorro",
-    "CompareConfig": "compare",
+    "CompareConfig": "config",
     "CompareResults": "compare",
     "run_compare": "compare",
     "LOCAL_TASKS": "lm_tasks",
@@ -56,10 +56,6 @@ def register_lm_eval_model() -> bool:
 register_lm_eval_model()
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = ["LM_EVAL_MODEL_NAME", "register_lm_eval_model", *_EXPORTS]

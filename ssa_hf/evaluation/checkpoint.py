@@ -40,6 +40,19 @@ def check_tokenizer(model: str, is_local: bool, tokenizer: str | None) -> None:
         )
 
 
+def start_model_run(config) -> tuple[str, bool]:
+    """How every evaluation run starts: the config validated, torch's CPU threads set (`config.threads`), the model
+    resolved (`resolve_model`) and a local checkpoint's tokenizer checked; returns (model, is_local_folder)."""
+    import torch
+
+    config.validate()
+    if config.threads:
+        torch.set_num_threads(int(config.threads))
+    model, is_local = resolve_model(config.model)
+    check_tokenizer(model, is_local, config.tokenizer)
+    return model, is_local
+
+
 def default_name(model: str) -> str:
     """A display name: the folder name, or RUN (RUN-checkpoint-N) for the final/ (checkpoint-N/) folder of a
     training run laid out as RUN/final."""

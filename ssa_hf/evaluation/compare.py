@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..reporting import OutputDir
-from ._config import config_from_yaml
+from .config import CompareConfig
 from .checkpoint import default_name
 from .harness import parse_metrics
 
@@ -31,18 +31,6 @@ log = logging.getLogger(__name__)
 
 _PPL_KEY = re.compile(r"(^|_)(perplexity|ppl)($|_)", re.IGNORECASE)
 _SKIP_SUBTREES = {"config", "settings", "model", "versions", "files", "args", "training", "hyperparameters"}
-
-
-@dataclass
-class CompareConfig:
-    results: list[str] = field(default_factory=list)
-    names: list[str] | None = None
-    output_dir: str | None = None
-    title: str = "Model comparison"
-
-    @classmethod
-    def from_yaml(cls, path: str | Path, **overrides: Any) -> CompareConfig:
-        return config_from_yaml(cls, path, **overrides)
 
 
 @dataclass

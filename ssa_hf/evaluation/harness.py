@@ -18,76 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ..reporting import OutputDir
-from ._config import check_dtype, config_from_yaml
-from .checkpoint import check_tokenizer, checkpoint_info, default_name, resolve_model
+from .config import DEFAULT_TASKS, EvalConfig, expand_task_names  # noqa: F401  (their home before)
+from .checkpoint import checkpoint_info, default_name, start_model_run
 
 log = logging.getLogger(__name__)
-
-DEFAULT_TASKS = ["arc_easy", "arc_challenge", "boolq", "hellaswag"]
-
-
-def expand_task_names(tasks: list[str]) -> list[str]:
-    """`paper` stands for the six tasks the paper reports (lm_tasks.PAPER_TASKS); duplicates are dropped."""
-    from .lm_tasks import PAPER_TASKS
-
-    expanded: list[str] = []
-    for name in tasks:
-        for task in PAPER_TASKS if name == "paper" else [name]:
-            if task not in expanded:
-                expanded.append(task)
-    return expanded
-
-
-@dataclass
-class EvalConfig:
-    """One lm-eval run. `limit`: documents per task (an int count, or a fraction < 1), None = all; `num_fewshot`:
-    0 = zero-shot (the default; always recorded); `data_dir`: local data in the layout of ../shared/data (None: the
-    stock tasks read the Hub); `model_args`: extra keyword arguments of lm-eval's HFLM (e.g. max_length)."""
-
-    model: str = ""
-    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
-    tokenizer: str | None = None
-    data_dir: str | None = None
-    limit: int | float | None = None
-    num_fewshot: int = 0
-    batch_size: int = 16
-    device: str | None = None
-    threads: int | None = None
-    dtype: str = "auto"
-    attn_implementation: str | None = None
-    trust_remote_code: bool = False
-    seed: int = 1234
-    output_dir: str | None = None
-    name: str | None = None
-    log_samples: bool = False
-    model_args: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_yaml(cls, path: str | Path, **overrides: Any) -> EvalConfig:
-        return config_from_yaml(cls, path, **overrides)
-
-    def validate(self) -> None:
-        if not self.model:
-            raise ValueError("model: give a checkpoint folder or a Hub id")
-        if isinstance(self.tasks, str):
-            self.tasks = [t for t in self.tasks.split(",") if t]
-        self.tasks = expand_task_names(list(self.tasks))
-        if not self.tasks:
-            raise ValueError("tasks: give at least one task, e.g. arc_easy,arc_challenge,boolq,hellaswag")
-        if self.num_fewshot is None or int(self.num_fewshot) < 0:
-            raise ValueError(f"num_fewshot must be >= 0, got {self.num_fewshot}")
-        if self.limit is not None and not self.limit > 0:
-            raise ValueError(f"limit must be > 0 (a count, or a fraction < 1), got {self.limit}")
-        if isinstance(self.limit, float) and self.limit >= 1:
-            if not self.limit.is_integer():
-                raise ValueError(f"limit {self.limit}: a fraction must be < 1, a count a whole number")
-            self.limit = int(self.limit)
-        if int(self.batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.threads is not None and int(self.threads) < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
-        check_dtype(self.dtype)
-
 
 @dataclass
 class EvalResults:
@@ -305,12 +239,8 @@ def run_eval(config: EvalConfig) -> EvalResults:
 
     from .lm_tasks import task_manager
 
-    config.validate()
-    if config.threads:
-        torch.set_num_threads(int(config.threads))
     start = time.time()
-    model, is_local = resolve_model(config.model)
-    check_tokenizer(model, is_local, config.tokenizer)
+    model, is_local = start_model_run(config)
     name = config.name or default_name(model)
     out = OutputDir(config.output_dir) if config.output_dir else None
     with tempfile.TemporaryDirectory(prefix="ssa_hf_tasks_") as scratch:

@@ -43,7 +43,7 @@ from typing import Any
 
 from ..data.sources import iter_jsonl_records, iter_lines
 from ..reporting import atomic_write_bytes
-from ._config import did_you_mean
+from .config import did_you_mean
 
 #: The tag every local task carries: `--tasks ssa_hf_local` runs all of them.
 LOCAL_TAG = "ssa_hf_local"
@@ -202,61 +202,41 @@ def _arc(name: str, subset: str) -> LocalTask:
     )
 
 
+def _validation_task(name: str, stock_yaml: str, file: str, check, note: str, **more: Any) -> LocalTask:
+    """A task scored on its validation split, read from `file` (relative to the data folder); `more`: the other
+    fields of `LocalTask` (`files` adds to the validation file)."""
+    files = {"validation": file, **more.pop("files", {})}
+    return LocalTask(name=name, stock_yaml=stock_yaml, files=files, eval_split="validation", check=check, note=note,
+                     **more)
+
+
 LOCAL_TASKS: dict[str, LocalTask] = {
     "arc_easy": _arc("arc_easy", "ARC-Easy"),
     "arc_challenge": _arc("arc_challenge", "ARC-Challenge"),
-    "boolq": LocalTask(
-        name="boolq",
-        stock_yaml="super_glue/boolq/default.yaml",
-        files={"validation": "boolq/validation.jsonl"},
-        eval_split="validation",
-        # the Hub copy (super_glue) has an int `label`, 1 = yes; the local export has a bool `answer`
-        overrides={"doc_to_target": "{{ 1 if answer else 0 }}"},
-        note="google/boolq validation export (bool `answer`), same 3,270 questions as super_glue/boolq",
-        check=_check_boolq,
-    ),
-    "hellaswag": LocalTask(
-        name="hellaswag",
-        stock_yaml="hellaswag/hellaswag.yaml",
-        files={"validation": "hellaswag/hellaswag_val.jsonl.gz"},
-        eval_split="validation",
-        # the local copy is already pre-processed into {query, endings, label}; the stock process_docs needs the
-        # original ctx_a/ctx_b/activity_label fields, which it lacks
-        overrides={"process_docs": None, "doc_to_text": "{{query}}", "doc_to_choice": "endings", "doc_to_target": "label"},
-        check=_check_hellaswag,
-        note=(
-            "text rendering of hellaswag_val.jsonl (klosax/hellaswag_text_data): ctx_b is not capitalised and only "
-            "the [header]/[step]/[substeps]/[title] tags are removed, so scores can differ slightly from stock"
-        ),
-    ),
-    "piqa": LocalTask(
-        name="piqa",
-        stock_yaml="piqa/piqa.yaml",
-        files={"validation": "piqa/valid.jsonl", "validation_labels": "piqa/valid-labels.lst"},
-        eval_split="validation",
-        prepare=_prepare_piqa,
-        note="official release files (valid.jsonl + valid-labels.lst), joined at run time",
-        check=_check_piqa,
-    ),
+    # the Hub copy (super_glue) has an int `label`, 1 = yes; the local export has a bool `answer`
+    "boolq": _validation_task(
+        "boolq", "super_glue/boolq/default.yaml", "boolq/validation.jsonl", _check_boolq,
+        "google/boolq validation export (bool `answer`), same 3,270 questions as super_glue/boolq",
+        overrides={"doc_to_target": "{{ 1 if answer else 0 }}"}),
+    # the local copy is already pre-processed into {query, endings, label}; the stock process_docs needs the
+    # original ctx_a/ctx_b/activity_label fields, which it lacks
+    "hellaswag": _validation_task(
+        "hellaswag", "hellaswag/hellaswag.yaml", "hellaswag/hellaswag_val.jsonl.gz", _check_hellaswag,
+        "text rendering of hellaswag_val.jsonl (klosax/hellaswag_text_data): ctx_b is not capitalised and only "
+        "the [header]/[step]/[substeps]/[title] tags are removed, so scores can differ slightly from stock",
+        overrides={"process_docs": None, "doc_to_text": "{{query}}", "doc_to_choice": "endings", "doc_to_target": "label"}),
+    "piqa": _validation_task(
+        "piqa", "piqa/piqa.yaml", "piqa/valid.jsonl", _check_piqa,
+        "official release files (valid.jsonl + valid-labels.lst), joined at run time",
+        files={"validation_labels": "piqa/valid-labels.lst"}, prepare=_prepare_piqa),
     # not in ../shared/data: from the Hub when online, or from a copy placed under --data-dir
-    "winogrande": LocalTask(
-        name="winogrande",
-        stock_yaml="winogrande/default.yaml",
-        files={"validation": "winogrande/dev.jsonl"},
-        eval_split="validation",
-        note="official WinoGrande 1.1 dev.jsonl (the 1,267 questions of allenai/winogrande winogrande_xl validation)",
-        check=_check_winogrande,
-        bundled=False,
-    ),
-    "copa": LocalTask(
-        name="copa",
-        stock_yaml="super_glue/copa/default.yaml",
-        files={"validation": "copa/val.jsonl"},
-        eval_split="validation",
-        note="SuperGLUE COPA val.jsonl (the 100 questions of super_glue/copa validation)",
-        check=_check_copa,
-        bundled=False,
-    ),
+    "winogrande": _validation_task(
+        "winogrande", "winogrande/default.yaml", "winogrande/dev.jsonl", _check_winogrande,
+        "official WinoGrande 1.1 dev.jsonl (the 1,267 questions of allenai/winogrande winogrande_xl validation)",
+        bundled=False),
+    "copa": _validation_task(
+        "copa", "super_glue/copa/default.yaml", "copa/val.jsonl", _check_copa,
+        "SuperGLUE COPA val.jsonl (the 100 questions of super_glue/copa validation)", bundled=False),
 }
 
 #: The six lm-eval tasks the paper reports (REFERENCE.md section 4), in its order; `--tasks paper` runs them.

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from ..data.sources import TextSource, iter_texts
 from ..reporting import OutputDir, markdown_table
+from .config import PerplexityConfig
 
 logger = logging.getLogger("ssa_hf.perplexity")
 
@@ -187,30 +188,13 @@ def text_sources(model_path, corpora: list[str], heldout: bool, name, split: str
     return sources
 
 
-def evaluate_perplexity(
-    model_path: str,
-    data: str | list[str] | None = None,
-    *,
-    heldout: bool = False,
-    name: str | None = None,
-    split: str = "train",
-    text_field: str = "text",
-    max_documents: int | None = None,
-    windows: int = 1000,
-    window_length: int | None = None,
-    seed: int = 0,
-    batch_size: int = 8,
-    device: str | None = None,
-    dtype: str = "float32",
-    output_dir: str | None = None,
-    trust_remote_code: bool = False,
-    progress: bool | None = None,
-) -> list[PerplexityResult]:
+def evaluate_perplexity(model_path: str, data: str | list[str] | None = None, *, progress: bool | None = None,
+                        **settings: Any) -> list[PerplexityResult]:
     """Perplexity of the causal LM at `model_path` on random windows of each corpus in `data` (Hub data set names
     or local files; `name`/`split`/`text_field` apply to Hub names) and, with `heldout=True`, of the held-out
-    documents of the run that trained it (in-distribution). Writes perplexity.json/.md into `output_dir`. The model
-    folder's own Python code (config.json auto_map) runs only with `trust_remote_code=True`; ssa-hf checkpoints
-    load with the installed classes without it.
+    documents of the run that trained it (in-distribution). `settings` are the other fields of `PerplexityConfig`.
+    Writes perplexity.json/.md into `output_dir`. The model folder's own Python code (config.json auto_map) runs
+    only with `trust_remote_code=True`; ssa-hf checkpoints load with the installed classes without it.
 
     `window_length=None` takes the length the model was trained on (`trained_length`); `progress=None` shows
     progress bars on a terminal only."""
@@ -218,52 +202,53 @@ def evaluate_perplexity(
 
     import ssa_hf  # noqa: F401  (registers the model classes)
 
-    corpora = [data] if isinstance(data, str) else list(data or [])
-    if not corpora and not heldout:
+    config = PerplexityConfig(data=[data] if isinstance(data, str) else list(data or []), **settings)
+    if not config.data and not config.heldout:
         raise ValueError("nothing to evaluate: give --data FILE_OR_HUB (repeatable) and/or --heldout")
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(config.dtype)
     if torch_dtype is None:
-        raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+        raise ValueError(f"dtype must be float32, bfloat16 or float16, got {config.dtype!r}")
     if not Path(model_path).is_dir() and not Path(model_path).exists() and "/" not in str(model_path):
         raise FileNotFoundError(f"model folder {model_path!r} does not exist")
-    config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
-    architectures = getattr(config, "architectures", None) or []
+    trust = config.trust_remote_code
+    model_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust)
+    architectures = getattr(model_config, "architectures", None) or []
     if architectures and not any(a.endswith("ForCausalLM") for a in architectures):
         raise ValueError(
             f"{model_path} is a {architectures[0]}: window perplexity needs a causal LM. A masked LM's validation "
             "loss and perplexity (on masked tokens) are in the metrics.json of its training run"
         )
-    window_length = resolve_window_length(window_length, model_path, config)
-    sources = text_sources(model_path, corpora, heldout, name, split, text_field, max_documents)
+    window_length = resolve_window_length(config.window_length, model_path, model_config)
+    sources = text_sources(model_path, config.data, config.heldout, config.name, config.split, config.text_field,
+                           config.max_documents)
     from ..devices import resolve_device
 
-    device = resolve_device(device)
-    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype, trust_remote_code=trust_remote_code)
-    model = model.to(device)
+    device = resolve_device(config.device)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype, trust_remote_code=trust).to(device)
     results = []
     for texts, description in sources:
         stream, documents = corpus_token_stream(tokenizer, texts, progress=progress)
         try:
-            starts = sample_windows(len(stream), windows, window_length, seed)
+            starts = sample_windows(len(stream), config.windows, window_length, config.seed)
         except ValueError as error:
             raise ValueError(f"{description}: {error}") from None
-        mean_nll, scored = window_perplexity(model, stream, starts, window_length, batch_size, progress,
+        mean_nll, scored = window_perplexity(model, stream, starts, window_length, config.batch_size, progress,
                                             description[:48])
         results.append(PerplexityResult(
             model=str(model_path), data=description, windows=int(len(starts)),
             distinct_windows=int(len(set(starts.tolist()))), window_length=window_length, tokens_scored=scored,
             corpus_tokens=int(len(stream)), corpus_documents=documents, mean_nll=mean_nll,
-            perplexity=math.exp(mean_nll) if mean_nll < 700 else float("inf"), seed=seed, dtype=dtype,
+            perplexity=math.exp(mean_nll) if mean_nll < 700 else float("inf"), seed=config.seed, dtype=config.dtype,
             device=str(device),
         ))
-    if output_dir is not None:
-        out = OutputDir(output_dir)
+    if config.output_dir is not None:
+        out = OutputDir(config.output_dir)
         out.write_json("perplexity.json", [asdict(r) for r in results])
         out.write_markdown(
             "perplexity.md",
-            f"# Perplexity of {model_path}\n\n{windows} random windows of {window_length} tokens per corpus, "
-            f"seed {seed}, {dtype} on {device}.\n\n" + perplexity_table(results),
+            f"# Perplexity of {model_path}\n\n{config.windows} random windows of {window_length} tokens per corpus, "
+            f"seed {config.seed}, {config.dtype} on {device}.\n\n" + perplexity_table(results),
         )
     return results
 

@@ -34,6 +34,11 @@ def fmt_value(value: Any, stderr: Any = None, digits: int = 4) -> str:
     return f"{value:.{digits}f}" + (f" ± {stderr:.{digits}f}" if stderr is not None else "")
 
 
+def first_seen(runs: list[dict[str, Any]], section: str) -> list[str]:
+    """The keys of `run[section]` over all runs, in the order they first appear."""
+    return list(dict.fromkeys(key for run in runs for key in run[section]))
+
+
 def short_hash(model_info: dict[str, Any]) -> str:
     sha = (model_info.get("checkpoint_hash") or {}).get("sha256")
     return sha[:12] if sha else "–"
@@ -139,14 +144,15 @@ def models_table(runs: list[dict[str, Any]]) -> str:
     return markdown_table(["model", "source", "class", "scoring", "parameters", "weights sha256"], rows)
 
 
+def report_head(title: str, runs: list[dict[str, Any]]) -> list[str]:
+    """The first lines of a report: the title (with the model's name when there is one model), the models' table."""
+    return [title + (f": {runs[0]['name']}" if len(runs) == 1 else ""), "", models_table(runs), ""]
+
+
 def lm_eval_markdown(runs: list[dict[str, Any]]) -> str:
     first = runs[0]
     settings = first.get("settings", {})
-    lines = [
-        "# lm-evaluation-harness results" + (f": {first['name']}" if len(runs) == 1 else ""),
-        "",
-        models_table(runs),
-        "",
+    lines = report_head("# lm-evaluation-harness results", runs) + [
         f"lm-eval {first.get('versions', {}).get('lm_eval', '?')}, num_fewshot = {settings.get('num_fewshot')}, "
         f"limit = {settings.get('limit')}, data = {settings.get('data')}"
         + (f" ({settings['data_dir']})" if settings.get("data_dir") else "")
@@ -166,11 +172,7 @@ def lm_eval_figure(runs: list[dict[str, Any]]):
     """Grouped bars: one group per task (acc_norm where the task has it, else acc), one bar per model, with
     standard errors; chance (dashed) and majority (dotted) marked per task."""
     plt = pyplot()
-    tasks = []
-    for run in runs:
-        for task in run["tasks"]:
-            if task not in tasks:
-                tasks.append(task)
+    tasks = first_seen(runs, "tasks")
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(tasks) * max(1, len(runs)) / 2 + 2), 3.8))
     width = 0.8 / max(1, len(runs))
     labels = []
@@ -211,11 +213,7 @@ def zorro_columns(runs: list[dict[str, Any]]) -> list[tuple[int, str, str]]:
 def zorro_table(runs: list[dict[str, Any]]) -> str:
     """paradigm | accuracy (%) per model and method; the last row is the mean over paradigms."""
     columns = zorro_columns(runs)
-    paradigms = []
-    for run in runs:
-        for p in run["paradigms"]:
-            if p not in paradigms:
-                paradigms.append(p)
+    paradigms = first_seen(runs, "paradigms")
     rows = []
     for paradigm in paradigms:
         row = [paradigm]
@@ -249,11 +247,7 @@ def zorro_markdown(runs: list[dict[str, Any]]) -> str:
     first = runs[0]
     settings = first["settings"]
     pairs = sorted(set(settings["pairs_per_paradigm"].values()))
-    lines = [
-        "# Zorro grammar probes" + (f": {first['name']}" if len(runs) == 1 else ""),
-        "",
-        models_table(runs),
-        "",
+    lines = report_head("# Zorro grammar probes", runs) + [
         f"Zorro `{settings['zorro_version']}` ({settings['zorro_dir']}), {len(settings['paradigms'])} paradigms, "
         f"{'/'.join(map(str, pairs))} pairs each. Accuracy in % (the grammatical sentence scored higher; ties count "
         "as wrong; chance 50). holistic: minus mean token cross-entropy of the unmasked sentence (BabyBERTa); pll: "
@@ -268,11 +262,7 @@ def zorro_figure(runs: list[dict[str, Any]]):
     """Horizontal grouped bars: per paradigm (and the mean), one bar per model and method; chance at 50%."""
     plt = pyplot()
     columns = zorro_columns(runs)
-    paradigms = []
-    for run in runs:
-        for p in run["paradigms"]:
-            if p not in paradigms:
-                paradigms.append(p)
+    paradigms = first_seen(runs, "paradigms")
     labels = paradigms + ["mean"]
     fig, ax = plt.subplots(figsize=(8, 0.32 * len(labels) * max(1, len(columns)) ** 0.5 + 1.5))
     height = 0.8 / max(1, len(columns))
@@ -297,11 +287,7 @@ def zorro_figure(runs: list[dict[str, Any]]):
 
 
 def perplexity_table(runs: list[dict[str, Any]]) -> str:
-    labels = []
-    for run in runs:
-        for label in run["perplexity"]:
-            if label not in labels:
-                labels.append(label)
+    labels = first_seen(runs, "perplexity")
     rows = [[label] + [fmt_value(run["perplexity"].get(label), digits=2) for run in runs] for label in labels]
     return markdown_table(["evaluation set", *[run["name"] for run in runs]], rows)
 
@@ -317,11 +303,7 @@ def short_label(label: str, width: int = 22) -> str:
 
 def perplexity_figure(runs: list[dict[str, Any]]):
     plt = pyplot()
-    labels = []
-    for run in runs:
-        for label in run["perplexity"]:
-            if label not in labels:
-                labels.append(label)
+    labels = first_seen(runs, "perplexity")
     fig, ax = plt.subplots(figsize=(max(4.0, 1.5 * len(labels) + 2), 3.5))
     width = 0.8 / max(1, len(runs))
     for i, run in enumerate(runs):

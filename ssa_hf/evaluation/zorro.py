@@ -27,8 +27,8 @@ import torch
 
 from ..data.sources import iter_lines
 from ..reporting import OutputDir
-from ._config import check_dtype, closest, config_from_yaml, did_you_mean
-from .checkpoint import check_tokenizer, checkpoint_info, default_name, resolve_model
+from .config import SCORING_METHODS, TIE_RULES, ProbeConfig, check_dtype, did_you_mean
+from .checkpoint import checkpoint_info, default_name, start_model_run
 
 log = logging.getLogger(__name__)
 
@@ -58,65 +58,7 @@ ZORRO_PARADIGMS = (
     "quantifiers-superlative",
 )
 
-SCORING_METHODS = {"holistic": "mlm", "pll": "mlm", "loglik": "causal"}
 DEFAULT_METHODS = {"mlm": ["holistic", "pll"], "causal": ["loglik"]}
-
-
-@dataclass
-class ProbeConfig:
-    """One Zorro run. `zorro_dir`: a folder of the 23 paradigm files, or the Zorro root holding `sentences/`
-    (default version) and `sentences_conll2021/` (pick with `version`); `methods`: default holistic+pll for masked
-    LMs, loglik for causal LMs; `limit`: pairs per paradigm (None = all 2,000); `kind`: auto, mlm or causal."""
-
-    model: str = ""
-    zorro_dir: str = ""
-    tokenizer: str | None = None
-    version: str = "sentences"
-    methods: list[str] | None = None
-    paradigms: list[str] | None = None
-    limit: int | None = None
-    batch_size: int = 128
-    device: str | None = None
-    threads: int | None = None
-    dtype: str = "float32"
-    kind: str = "auto"
-    attn_implementation: str | None = None
-    trust_remote_code: bool = False
-    output_dir: str | None = None
-    name: str | None = None
-    save_scores: bool = False
-    ties: str = "random"  # "random" (seeded by tie_seed, paradigm and method) or "wrong"
-    tie_seed: int = 0
-
-    @classmethod
-    def from_yaml(cls, path: str | Path, **overrides: Any) -> ProbeConfig:
-        return config_from_yaml(cls, path, **overrides)
-
-    def validate(self) -> None:
-        if not self.model:
-            raise ValueError("model: give a checkpoint folder or a Hub id")
-        if not self.zorro_dir:
-            raise ValueError("zorro_dir: give the folder of the Zorro paradigm files (e.g. ../shared/data/zorro)")
-        if self.kind not in ("auto", "mlm", "causal"):
-            raise ValueError(f"kind must be auto, mlm or causal, got {self.kind!r}")
-        if isinstance(self.methods, str):
-            self.methods = [m for m in self.methods.split(",") if m]
-        if isinstance(self.paradigms, str):
-            self.paradigms = [p for p in self.paradigms.split(",") if p]
-        for method in self.methods or []:
-            if method not in SCORING_METHODS:
-                raise ValueError(
-                    f"unknown scoring method {method!r}{closest(method, SCORING_METHODS)} Choose from {list(SCORING_METHODS)}"
-                )
-        if self.limit is not None and int(self.limit) < 1:
-            raise ValueError(f"limit (pairs per paradigm) must be >= 1, got {self.limit}")
-        if int(self.batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.threads is not None and int(self.threads) < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
-        check_dtype(self.dtype)
-        if self.ties not in TIE_RULES:
-            raise ValueError(f"ties must be one of {TIE_RULES}, got {self.ties!r}")
 
 
 @dataclass
@@ -233,23 +175,37 @@ def _progress(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="sent", disable=not enabled, leave=False)
 
 
+def _score_sequences(model, tokenizer, encoded: list[list[int]], batch_size: int, progress: bool, desc: str,
+                     score) -> list[float]:
+    """`score(logits, ids, mask)` (one value per row) of every token sequence in `encoded`, in batches of similar
+    length, in the input order."""
+    device = next(model.parameters()).device
+    scores = [0.0] * len(encoded)
+    with _progress(len(encoded), desc, progress) as bar:
+        for chunk in _batches(_by_length(encoded), batch_size):
+            ids, mask = _pad([encoded[i] for i in chunk], _pad_id(tokenizer), device)
+            logits = model(input_ids=ids, attention_mask=mask).logits.float()
+            for i, value in zip(chunk, score(logits, ids, mask).tolist()):
+                scores[i] = value
+            bar.update(len(chunk))
+    return scores
+
+
+def _minus_mean_nll(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    token_nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids, reduction="none")
+    return -((token_nll * mask).sum(1) / mask.sum(1))
+
+
+def _next_token_loglik(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    logprobs = logits[:, :-1].log_softmax(-1).gather(2, ids[:, 1:, None]).squeeze(2)
+    return (logprobs * mask[:, 1:]).sum(1)
+
+
 @torch.no_grad()
 def score_holistic(model, tokenizer, sentences: list[str], batch_size: int = 64, progress: bool = False) -> list[float]:
     """Minus the mean token cross-entropy of each unmasked sentence (special tokens included, pads excluded)."""
-    device = next(model.parameters()).device
     encoded = [tokenizer(s, add_special_tokens=True)["input_ids"] for s in sentences]
-    scores = [0.0] * len(sentences)
-    order = _by_length(encoded)
-    with _progress(len(sentences), "holistic", progress) as bar:
-        for chunk in _batches(order, batch_size):
-            ids, mask = _pad([encoded[i] for i in chunk], _pad_id(tokenizer), device)
-            logits = model(input_ids=ids, attention_mask=mask).logits.float()
-            token_nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids, reduction="none")
-            mean_nll = (token_nll * mask).sum(1) / mask.sum(1)
-            for i, value in zip(chunk, mean_nll.tolist()):
-                scores[i] = -value
-            bar.update(len(chunk))
-    return scores
+    return _score_sequences(model, tokenizer, encoded, batch_size, progress, "holistic", _minus_mean_nll)
 
 
 @torch.no_grad()
@@ -297,7 +253,6 @@ def causal_prefix(tokenizer) -> tuple[int | None, str]:
 @torch.no_grad()
 def score_loglik(model, tokenizer, sentences: list[str], batch_size: int = 64, progress: bool = False) -> list[float]:
     """Sum of log p(token | preceding tokens) over each sentence's tokens, after the prefix token."""
-    device = next(model.parameters()).device
     prefix, _ = causal_prefix(tokenizer)
     encoded = []
     for sentence in sentences:
@@ -307,24 +262,10 @@ def score_loglik(model, tokenizer, sentences: list[str], batch_size: int = 64, p
         if len(ids) < 2:
             raise ValueError(f"loglik: sentence {sentence!r} has too few tokens to score")
         encoded.append(ids)
-    scores = [0.0] * len(sentences)
-    order = _by_length(encoded)
-    with _progress(len(sentences), "loglik", progress) as bar:
-        for chunk in _batches(order, batch_size):
-            ids, mask = _pad([encoded[i] for i in chunk], _pad_id(tokenizer), device)
-            logits = model(input_ids=ids, attention_mask=mask).logits.float()
-            logprobs = logits[:, :-1].log_softmax(-1).gather(2, ids[:, 1:, None]).squeeze(2)
-            totals = (logprobs * mask[:, 1:]).sum(1)
-            for i, value in zip(chunk, totals.tolist()):
-                scores[i] = value
-            bar.update(len(chunk))
-    return scores
+    return _score_sequences(model, tokenizer, encoded, batch_size, progress, "loglik", _next_token_loglik)
 
 
 SCORERS = {"holistic": score_holistic, "pll": score_pll, "loglik": score_loglik}
-
-
-TIE_RULES = ("random", "wrong")
 
 
 def pair_accuracy(bad_scores: list[float], good_scores: list[float], ties: str = "random", seed: int = 0) -> dict[str, Any]:
@@ -395,12 +336,8 @@ def run_probe(config: ProbeConfig, progress: bool = True) -> ProbeResults:
 
     import ssa_hf
 
-    config.validate()
-    if config.threads:
-        torch.set_num_threads(int(config.threads))
     start = time.time()
-    model_name, is_local = resolve_model(config.model)
-    check_tokenizer(model_name, is_local, config.tokenizer)
+    model_name, is_local = start_model_run(config)
     folder = resolve_zorro_dir(config.zorro_dir, config.version)
     data = load_zorro(folder, config.paradigms, config.limit)
     model, tokenizer, kind = load_probe_model(config, model_name)

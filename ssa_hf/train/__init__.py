@@ -7,8 +7,7 @@ The names load on first use: the config classes import no torch, so that `ssa-hf
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from ..lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(["latest_checkpoint", "list_checkpoints", "load_checkpoint", "save_checkpoint"], ".checkpoint"),
@@ -21,14 +20,6 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(_EXPORTS[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = sorted(_EXPORTS)

@@ -272,5 +272,5 @@ def test_config_from_yaml_with_overrides(tmp_path):
     config = EvalConfig.from_yaml(path, limit=5, device=None)
     assert config.tasks == ["boolq"] and config.limit == 5 and config.device is None
     path.write_text("model: m\ntask: boolq\n")
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['task'\]"):
+    with pytest.raises(ValueError, match=r"eval.yaml: unknown config key 'task'; did you mean 'tasks'\?"):
         EvalConfig.from_yaml(path)

@@ -119,10 +119,14 @@ def test_the_flag_does_run_the_folders_code(inputs, marker, tmp_path, monkeypatc
 def test_commands_offer_the_flag_and_default_to_off():
     from ssa_hf.cli import build_parser
 
+    from ssa_hf.commands import config_from_args
+    from ssa_hf.evaluation.config import EvalConfig, PerplexityConfig, ProbeConfig
+
     parser = build_parser()
-    for name in ("perplexity", "eval", "probe"):
-        args = parser.parse_args([name, "m"] + (["--zorro-dir", "z"] if name == "probe" else []))
-        assert args.trust_remote_code in (False, None)
+    for name, config_class in (("perplexity", PerplexityConfig), ("eval", EvalConfig), ("probe", ProbeConfig)):
+        argv = [name, "m"] + (["--zorro-dir", "z"] if name == "probe" else [])
+        assert config_from_args(config_class, parser.parse_args(argv)).trust_remote_code is False
+        assert config_from_args(config_class, parser.parse_args(argv + ["--trust-remote-code"])).trust_remote_code
     from ssa_hf.train import PretrainConfig
 
     assert PretrainConfig().trust_remote_code is False
