@@ -55,3 +55,21 @@ def test_imports_point_down(path):
         return
     above = [m for m in _imports(path) if _layer(m) is not None and LAYERS.index(_layer(m)) > LAYERS.index(own)]
     assert not above, f"{_name(path)} ({own}) imports from layers above it: {above}"
+
+
+PACKAGES = sorted({_name(p.parent) for p in MODULES if p.name == "__init__.py"})
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_exported_name_resolves(package):
+    """Packages load their names on first use (ssa_hf.lazy): every name in __all__ must resolve."""
+    import importlib
+
+    module = importlib.import_module(package)
+    broken = []
+    for name in getattr(module, "__all__", []):
+        try:
+            getattr(module, name)
+        except (AttributeError, ImportError) as error:
+            broken.append(f"{name}: {error}")
+    assert not broken, f"{package}: {broken}"

@@ -15,7 +15,7 @@ _EXPORTS = {
                     ".config"),
     **dict.fromkeys(["PretrainResult", "pretrain", "push_final"], ".loop"),
     "evaluate": ".validation",
-    "scoring_statistics": ".reporting",
+    "scoring_statistics": ".metrics",
     "ConfigError": "..options",
 }
 
