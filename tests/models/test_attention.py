@@ -8,17 +8,10 @@ import ssa_hf
 from ssa_hf.models.attention import BACKENDS, IMPLEMENTATIONS, scored_attention, ssa_attention, supported_backends
 from ssa_hf.models.scoring import SCORING_FUNCTIONS
 
+from . import oracle
+
 PARAMS = {"b": [0.5, 1.0, 2.0, 0.8, 1.2, 0.3, 1.7, 1.0], "n": [1.0, 1.5, 3.0, 2.0, 1.2, 1.0, 2.5, 1.5],
           "t": [0.5, 1.0, 2.0, 1.5, 0.7, 1.1, 0.9, 1.3], "s": [0.3] * 8, "alpha": [1.5] * 8}
-
-
-def literal_ssa(q, k, v, b, n, mask, scale):
-    """The definition, in float64: w = f(s) / sum f(s), f(x) = (1 + b|x|)^(sgn(x) n)."""
-    s = (q @ k.transpose(-1, -2)) * scale
-    f = torch.pow(1 + b.view(-1, 1, 1) * s.abs(), torch.sign(s) * n.view(-1, 1, 1))
-    f = torch.where(mask, f, torch.zeros_like(f))
-    w = f / f.sum(-1, keepdim=True).clamp_min(1e-300)
-    return w @ v
 
 
 def make_inputs(batch=2, heads=8, kv_heads=2, q_len=63, kv_len=63, dim=100, dtype=torch.float32, grad=False, seed=0):
@@ -45,7 +38,7 @@ def test_ssa_attention_matches_literal_formula_float64():
     b, n = torch.tensor([0.5, 1.0, 2.0, 0.8], dtype=torch.float64), torch.tensor([1.0, 1.5, 3.0, 2.0], dtype=torch.float64)
     causal = torch.ones(9, 9, dtype=torch.bool).tril()
     out = ssa_attention(q, k, v, b, n, attn_mask=mask, is_causal=True, backend="eager")
-    expected = literal_ssa(q, k, v, b, n, mask & causal, 16**-0.5)
+    expected, _ = oracle.attention(q, k, v, "ssa", {"b": b, "n": n}, mask & causal, scale=16**-0.5)
     rows_with_keys = (mask & causal).any(-1, keepdim=True).expand_as(out)
     torch.testing.assert_close(out[rows_with_keys], expected[rows_with_keys])
     assert (out[~rows_with_keys] == 0).all(), "fully masked query rows give zeros"
@@ -61,9 +54,22 @@ def test_gradcheck_ssa_float64_q_k_v_b_n():
     assert torch.autograd.gradcheck(fn, (q, k, v, b, n))
     # and the gradients equal those of the literal definition
     ours = torch.autograd.grad(fn(q, k, v, b, n).sum(), (q, k, v, b, n))
-    literal = torch.autograd.grad(literal_ssa(q, k, v, b, n, mask, 3**-0.5).sum(), (q, k, v, b, n))
+    literal = torch.autograd.grad(oracle.attention(q, k, v, "ssa", {"b": b, "n": n}, mask, scale=3**-0.5)[0].sum(), (q, k, v, b, n))
     for a, e in zip(ours, literal):
         torch.testing.assert_close(a, e)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scoring", list(SCORING_FUNCTIONS))
+def test_eager_attention_matches_the_oracle_float64(scoring, causal):
+    """Every row-wise scoring function through the functional API (GQA, padding, causal) against the formula."""
+    (q, k, v), mask = make_inputs(heads=4, kv_heads=2, q_len=7, kv_len=7, dim=5, dtype=torch.float64)
+    params = {name: p.double() for name, p in params_for(scoring, heads=4).items()}
+    out, weights = scored_attention(q, k, v, scoring, params, attn_mask=mask, is_causal=causal, enable_gqa=True,
+                                    backend="eager", return_weights=True)
+    want, want_weights = oracle.attention(q, k, v, scoring, params, mask, causal)
+    torch.testing.assert_close(weights, want_weights, atol=1e-7, rtol=1e-6)
+    torch.testing.assert_close(out, want, atol=1e-7, rtol=1e-6)
 
 
 # every (backend, scoring) pair a backend claims to run on CPU, inference and training

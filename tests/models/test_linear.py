@@ -17,6 +17,7 @@ from ssa_hf.models.linear import LINEAR_ATTENTIONS, LinearMask, linear_mask
 from ssa_hf.models.scoring import ALL_SCORING_FUNCTIONS, SCORING_FUNCTIONS, get_scoring_function
 from ssa_hf.models.settings import ScoringParameters, resolve_settings, validate_settings
 
+from . import oracle
 from .tiny import bert_config, build, llama_config, tiny_tokenizer
 
 NAMES = list(LINEAR_ATTENTIONS)
@@ -94,7 +95,11 @@ def test_values_and_gradients_match_float64_reference(name, case):
     structure = linear_mask(kwargs["attn_mask"], q.shape[2], k.shape[2], kwargs["is_causal"])
     chunked = spec.attend(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), params, structure, chunk=3)
     ref_inputs = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-    ref_out, ref_weights = spec.reference_attention(*ref_inputs, params, dense, positions)
+    ref_out, ref_weights = oracle.linear_attention(*ref_inputs, name, params, dense, positions)
+    # the entry's own float64 reference (linear.py) is the oracle's formula
+    own_out, own_weights = spec.reference_attention(q.detach(), k.detach(), v.detach(), params, dense, positions)
+    torch.testing.assert_close(own_out, ref_out.detach(), atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(own_weights, ref_weights.detach(), atol=1e-12, rtol=1e-10)
     for got in (out, fast, chunked):
         torch.testing.assert_close(got, ref_out, atol=1e-10, rtol=1e-9)
     torch.testing.assert_close(weights, ref_weights, atol=1e-12, rtol=1e-9)
@@ -110,7 +115,7 @@ def test_values_and_gradients_match_float64_reference(name, case):
 @pytest.mark.parametrize("name", NAMES)
 def test_float32_and_half_inputs_close_to_reference(name):
     (q, k, v), kwargs, dense, positions = case_inputs("causal-full-mask")
-    ref, _ = LINEAR_ATTENTIONS[name].reference_attention(q, k, v, params_for(name), dense, positions)
+    ref, _ = oracle.linear_attention(q, k, v, name, params_for(name), dense, positions)
     for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 5e-2)):
         out = scored_attention(q.to(dtype), k.to(dtype), v.to(dtype), name, params_for(name, torch.float32), enable_gqa=True, **kwargs)
         assert out.dtype == dtype and torch.isfinite(out).all()

@@ -1,4 +1,5 @@
-"""Every scoring function against its float64 reference; SSA's parametrisation and gradients."""
+"""Every scoring function (ssa_hf/models/scoring.py) against the float64 oracle (tests/models/oracle.py); SSA's
+gradients."""
 
 import math
 
@@ -8,6 +9,8 @@ import torch
 from ssa_hf.models.parameters import ConstrainedParameter
 from ssa_hf.models.scoring import SCORING_FUNCTIONS
 from ssa_hf.models.settings import ScoringParameters, resolve_settings, validate_settings
+
+from . import oracle
 
 HEADS = 3
 PARAMS = {
@@ -38,7 +41,7 @@ def test_matches_float64_reference(name, magnitude):
     scores = torch.randn(2, HEADS, 5, 9, dtype=torch.float64) * magnitude
     mask = _mask(scores.shape)
     weights = spec.weights(scores.float(), mask, _params(spec))
-    reference = spec.reference(scores, mask, _params(spec))
+    reference = oracle.scoring_weights(name, scores, mask, _params(spec))
     assert torch.isfinite(weights).all()
     # float32 against float64: absolute tolerance on weights in [0, 1] (sa_softmax is scaled by x)
     scale = scores.abs().amax().item() if name == "sa_softmax" else 1.0
@@ -56,7 +59,17 @@ def test_no_mask_and_half_precision(name):
     spec = SCORING_FUNCTIONS[name]
     scores = torch.randn(1, HEADS, 4, 6) * 20
     full = spec.weights(scores, None, _params(spec))
-    torch.testing.assert_close(full.double(), spec.reference(scores.double(), None, _params(spec)), atol=2e-5 * 20, rtol=1e-4)
+    torch.testing.assert_close(full.double(), oracle.scoring_weights(name, scores, None, _params(spec)), atol=2e-5 * 20, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", list(SCORING_FUNCTIONS))
+def test_declared_reference_agrees_with_the_oracle(name):
+    """Each entry's own float64 `reference` (the one an extension declares) is the formula of the oracle."""
+    spec = SCORING_FUNCTIONS[name]
+    scores = torch.randn(2, HEADS, 5, 9, dtype=torch.float64) * 3
+    mask = _mask(scores.shape)
+    torch.testing.assert_close(spec.reference(scores, mask, _params(spec)), oracle.scoring_weights(name, scores, mask, _params(spec)),
+                               atol=1e-9, rtol=1e-7)
 
 
 def test_ssa_large_scores_differ_from_softmax():
