@@ -240,19 +240,7 @@ def test_ssa_model_differs_from_its_softmax_twin(family):
         assert (forward(ssa, ids, mask).logits - forward(softmax, ids, mask).logits).abs().max() > 1e-2
 
 
-# GPT-2's forward drops the call's output_attentions before the attention call, so the attention function does not
-# know that weights were asked for; where weights are materialised only on request (linear attention on every
-# implementation; ssa and softmax on the blockwise kernel that ssa_auto picks) it returns none: no maps, or zeros
-# for the linear heads of a mixture. The config's output_attentions works. Row-wise eager returns its weights anyway.
-GPT2_CALL_FLAG = pytest.mark.xfail(strict=True, reason="SSAGPT2: output_attentions=True in the call does not reach the attention function")
-LINEAR_SCORINGS = ("linear", "cosformer", "mixture-linear")
-EAGER_MAP_CASES = [pytest.param(f, s, id=i, marks=GPT2_CALL_FLAG if f == "gpt2" and i.endswith(LINEAR_SCORINGS) else ())
-                   for (f, s), i in zip(CASES, IDS)]
-MAP_CASES = [pytest.param(f, s, id=i, marks=GPT2_CALL_FLAG if f == "gpt2" and s not in ("temperature", "sigmoid") else ())
-             for (f, s), i in zip(CASES, IDS)]
-
-
-@pytest.mark.parametrize("family,scoring", EAGER_MAP_CASES)
+@pytest.mark.parametrize("family,scoring", CASES, ids=IDS)
 def test_attention_maps_with_ssa_eager(family, scoring):
     model = build(family, scoring)
     model.set_attn_implementation("ssa_eager")
@@ -271,7 +259,7 @@ def test_attention_maps_with_ssa_eager(family, scoring):
             torch.testing.assert_close(sums[head], torch.ones(ids.shape[1]))
 
 
-@pytest.mark.parametrize("family,scoring", MAP_CASES)
+@pytest.mark.parametrize("family,scoring", CASES, ids=IDS)
 def test_default_implementation_gives_the_maps_of_ssa_eager(family, scoring):
     """output_attentions=True in the call with the default implementation (ssa_auto): the maps of ssa_eager, and
     the outputs of a call without maps."""
