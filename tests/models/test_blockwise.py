@@ -1,6 +1,5 @@
-"""Tests of the blockwise (memory-efficient) attention kernel against a naive float64 reference."""
+"""Tests of the blockwise (memory-efficient) attention kernel against the float64 oracle (tests/models/oracle.py)."""
 
-import math
 import warnings
 
 import pytest
@@ -10,6 +9,8 @@ import torch.nn.functional as F
 from ssa_hf.models import blockwise as bw
 from ssa_hf.models import native
 from ssa_hf.models.blockwise import blockwise_attention
+
+from . import oracle
 
 
 @pytest.fixture(autouse=True, params=["native", "torch"])
@@ -27,30 +28,9 @@ def kernel(request):
 
 
 def reference_attention(q, k, v, b=None, n=None, attn_mask=None, is_causal=False, scale=None, scoring="ssa"):
-    """Naive materialised attention in float64: softmax(g(s)) with masked weights exactly 0."""
-    q, k, v = q.double(), k.double(), v.double()
-    B, H, Lq, D = q.shape
-    Hkv, Lk = k.shape[1], k.shape[2]
-    G = H // Hkv
-    k = k.repeat_interleave(G, dim=1)
-    v = v.repeat_interleave(G, dim=1)
-    scale = 1.0 / math.sqrt(D) if scale is None else scale
-    s = scale * q @ k.transpose(-1, -2)
-    if scoring == "ssa":
-        b = torch.as_tensor(b, dtype=torch.float64).reshape(-1).expand(H).view(1, H, 1, 1)
-        n = torch.as_tensor(n, dtype=torch.float64).reshape(-1).expand(H).view(1, H, 1, 1)
-        g = n * torch.sign(s) * torch.log1p(b * s.abs())
-    else:
-        g = s
-    keep = torch.ones(B, H, Lq, Lk, dtype=torch.bool)
-    if is_causal:
-        keep = keep & torch.ones(Lq, Lk, dtype=torch.bool).tril()
-    if attn_mask is not None:
-        keep = keep & attn_mask
-    g = g.masked_fill(~keep, float("-inf"))
-    w = torch.softmax(g, dim=-1)
-    w = torch.nan_to_num(w, nan=0.0)  # fully masked rows -> 0
-    return w @ v
+    """The float64 oracle's output, with the kernel's (b, n) signature."""
+    params = {"b": b, "n": n} if scoring == "ssa" else {}
+    return oracle.attention(q, k, v, scoring, params, attn_mask, is_causal, scale)[0]
 
 
 def _inputs(B, H, Hkv, Lq, Lk, D, seed=0, big=3.0, dtype=torch.float32):

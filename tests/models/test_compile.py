@@ -2,7 +2,8 @@
 (`ssa_auto`, the fused kernel as the custom op ssa_hf::attention_forward/backward) give the eager results.
 
 Compiling costs seconds per graph here, so each test compiles once: training graphs (forward and backward) on
-aot_eager, inference on inductor (llama in the default run, bert among the slow tests) and torch.export."""
+aot_eager, inference on inductor (llama in the default run, bert among the slow tests) and torch.export; a
+training step on the default compiler (inductor) for SSA (default run) and CosFormer (slow)."""
 
 import pytest
 import torch
@@ -77,3 +78,21 @@ def test_export_matches_eager_and_contains_the_ssa_op(family):
     with torch.no_grad():
         want = model(**kwargs).logits
     torch.testing.assert_close(program.module()(**kwargs).logits, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("scoring", ["ssa", pytest.param("cosformer", marks=pytest.mark.slow)])
+def test_default_compile_training_step_matches_eager(scoring):
+    """torch.compile(model) with its default backend: same loss and gradients as eager. For linear attention the
+    mask is read without data-dependent checks under compile (no graph break); a cold compile of it takes
+    ~1-2 min on 2 CPU cores, hence slow."""
+    model, twin = build("llama", scoring).train(), build("llama", scoring).train()
+    kwargs = _inputs("llama")
+    labels = kwargs["input_ids"]
+    loss = torch.compile(model)(**kwargs, labels=labels).loss
+    loss.backward()
+    eager_loss = twin(**kwargs, labels=labels).loss
+    eager_loss.backward()
+    torch.testing.assert_close(loss, eager_loss, atol=1e-5, rtol=1e-5)
+    assert all(p.grad is not None for n, p in model.named_parameters() if ".scoring." in n)
+    for (name, p), (_, e) in zip(model.named_parameters(), twin.named_parameters()):
+        torch.testing.assert_close(p.grad, e.grad, atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")

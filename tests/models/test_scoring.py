@@ -1,13 +1,13 @@
-"""Every scoring function against its float64 reference; SSA's parametrisation and gradients."""
-
-import math
+"""Every scoring function (ssa_hf/models/scoring.py) against the float64 oracle (tests/models/oracle.py); SSA's
+gradients."""
 
 import pytest
 import torch
 
-from ssa_hf.models.parameters import ConstrainedParameter
-from ssa_hf.models.scoring import SCORING_FUNCTIONS
-from ssa_hf.models.settings import ScoringParameters, resolve_settings, validate_settings
+from ssa_hf.models.linear import LINEAR_ATTENTIONS
+from ssa_hf.models.scoring import ALL_SCORING_FUNCTIONS, SCORING_FUNCTIONS, get_scoring_function
+
+from . import oracle
 
 HEADS = 3
 PARAMS = {
@@ -38,7 +38,7 @@ def test_matches_float64_reference(name, magnitude):
     scores = torch.randn(2, HEADS, 5, 9, dtype=torch.float64) * magnitude
     mask = _mask(scores.shape)
     weights = spec.weights(scores.float(), mask, _params(spec))
-    reference = spec.reference(scores, mask, _params(spec))
+    reference = oracle.scoring_weights(name, scores, mask, _params(spec))
     assert torch.isfinite(weights).all()
     # float32 against float64: absolute tolerance on weights in [0, 1] (sa_softmax is scaled by x)
     scale = scores.abs().amax().item() if name == "sa_softmax" else 1.0
@@ -56,7 +56,17 @@ def test_no_mask_and_half_precision(name):
     spec = SCORING_FUNCTIONS[name]
     scores = torch.randn(1, HEADS, 4, 6) * 20
     full = spec.weights(scores, None, _params(spec))
-    torch.testing.assert_close(full.double(), spec.reference(scores.double(), None, _params(spec)), atol=2e-5 * 20, rtol=1e-4)
+    torch.testing.assert_close(full.double(), oracle.scoring_weights(name, scores, None, _params(spec)), atol=2e-5 * 20, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", list(SCORING_FUNCTIONS))
+def test_declared_reference_agrees_with_the_oracle(name):
+    """Each entry's own float64 `reference` (the one an extension declares) is the formula of the oracle."""
+    spec = SCORING_FUNCTIONS[name]
+    scores = torch.randn(2, HEADS, 5, 9, dtype=torch.float64) * 3
+    mask = _mask(scores.shape)
+    torch.testing.assert_close(spec.reference(scores, mask, _params(spec)), oracle.scoring_weights(name, scores, mask, _params(spec)),
+                               atol=1e-9, rtol=1e-7)
 
 
 def test_ssa_large_scores_differ_from_softmax():
@@ -93,54 +103,10 @@ def test_ssa_gradients_for_b_and_n_match_closed_form():
     torch.testing.assert_close(b.grad, db)
 
 
-@pytest.mark.parametrize("parametrization", ["softplus", "exp"])
-@pytest.mark.parametrize("granularity", ["head", "layer"])
-def test_parameters_initial_values_and_shapes(parametrization, granularity):
-    options = dict(scoring_granularity=granularity, scoring_parametrization=parametrization, ssa_b_init=0.8, ssa_n_init=2.0)
-    params = ScoringParameters("ssa", 4, **options)()
-    assert params["b"].shape == (4,) and params["n"].shape == (4,)
-    torch.testing.assert_close(params["b"], torch.full((4,), 0.8))
-    torch.testing.assert_close(params["n"], torch.full((4,), 2.0))
-    trainable = sum(p.numel() for p in ScoringParameters("ssa", 4, **options).parameters())
-    assert trainable == (8 if granularity == "head" else 2)
-
-
-def test_softplus_keeps_b_positive_and_n_at_least_one_under_adversarial_updates():
-    module = ScoringParameters("ssa", 2, ssa_n_init=1.0)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.fill_(-50.0)  # what a diverging optimiser could do
-    values = module()
-    assert (values["b"] > 0).all() and (values["n"] >= 1).all()
-    # a learnable n initialised at exactly 1 starts just above it, with a finite raw value
-    fresh = ScoringParameters("ssa", 2, ssa_n_init=1.0)()
-    assert ((fresh["n"] > 1) & (fresh["n"] < 1.01)).all()
-
-
-def test_fixed_parameters_are_buffers():
-    module = ScoringParameters("ssa", 2, ssa_learn_b=False, ssa_learn_n=False, ssa_b_init=0.8, ssa_n_init=1.5)
-    assert list(module.parameters()) == []
-    assert set(module.state_dict()) == {"params.b.value", "params.n.value"}
-
-
-@pytest.mark.parametrize(
-    "field,value",
-    [("ssa_b_init", 0.0), ("ssa_b_init", -1.0), ("ssa_n_init", 0.5), ("ssa_b_init", math.nan), ("scoring_granularity", "token"),
-     ("scoring_parametrization", "sigmoid"), ("temperature_init", 0.0), ("entmax_alpha_init", 2.5)],
-)
-def test_invalid_options_name_the_field(field, value):
-    with pytest.raises(ValueError, match=field):
-        validate_settings(resolve_settings(**{field: value}))
-
-
-def test_unknown_scoring_function():
+def test_registry_holds_rowwise_and_linear_entries():
+    assert not set(LINEAR_ATTENTIONS) & set(SCORING_FUNCTIONS)
+    assert set(ALL_SCORING_FUNCTIONS) == set(SCORING_FUNCTIONS) | set(LINEAR_ATTENTIONS)
+    assert all(ALL_SCORING_FUNCTIONS[n].kind == "rowwise" for n in SCORING_FUNCTIONS)
+    assert all(get_scoring_function(n).kind == "linear" for n in LINEAR_ATTENTIONS)
     with pytest.raises(ValueError, match="Unknown scoring function 'bogus'"):
-        ScoringParameters("bogus", 2)
-
-
-def test_constrained_parameter_reset_restores_init():
-    p = ConstrainedParameter(2.0, 3, 3, True, "softplus", floor=1.0)
-    with torch.no_grad():
-        p.raw.fill_(5.0)
-    p.reset(2.0)
-    torch.testing.assert_close(p(), torch.full((3,), 2.0))
+        get_scoring_function("bogus")

@@ -5,9 +5,10 @@ import math
 import pytest
 import torch
 
-from ssa_hf import SSALlamaConfig
 from ssa_hf.models.scoring import SCORING_FUNCTIONS
 from ssa_hf.models.settings import ScoringParameters, default_settings, resolve_settings, validate_settings
+
+from .tiny import llama_config
 
 
 def _weights(name, scores, params, mask=None):
@@ -33,8 +34,7 @@ def test_temperature_refuses_an_implicit_unit_temperature():
 
 
 def test_model_config_default_temperature_is_matched():
-    config = SSALlamaConfig(vocab_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                            attention_scoring="temperature", ssa_b_init=0.5, ssa_n_init=2.0)
+    config = llama_config(attention_scoring="temperature", ssa_b_init=0.5, ssa_n_init=2.0)
     assert config.temperature_init is None
     settings = config.scoring_settings()
     assert 1 / (settings["ssa_n_init"] * settings["ssa_b_init"]) == pytest.approx(1.0)  # 1 / (2 * 0.5): refused below
@@ -66,8 +66,7 @@ def test_sigmoid_bias_uses_the_sequence_length_for_causal_rows():
 
 
 def test_sigmoid_length_defaults_to_max_position_embeddings():
-    config = SSALlamaConfig(vocab_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                            max_position_embeddings=64, attention_scoring="sigmoid")
+    config = llama_config(max_position_embeddings=64, attention_scoring="sigmoid")
     params = ScoringParameters("sigmoid", 2, config)
     torch.testing.assert_close(params()["length"], torch.full((2,), 64.0))
     assert list(params.parameters()) == [], "the length is fixed (a buffer)"

@@ -21,8 +21,12 @@ from ssa_hf.models.scoring import (
 )
 from ssa_hf.models.settings import ScoringParameters, card_fields, setting_fields, settings_doc
 
-TINY = dict(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-            max_position_embeddings=64)
+from .tiny import llama_config
+
+
+def tiny(**overrides):
+    """A one-layer, two-head tiny SSALlama config (tests/models/tiny.py)."""
+    return llama_config(num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, **overrides)
 
 
 def _scaled_row(x, p):
@@ -55,13 +59,13 @@ def test_config_fields_validation_and_docs_follow_the_declaration(scaled):
     fields = {name: default for name, _, default, _ in setting_fields()}
     assert fields["scaled_c_init"] == 0.7 and fields["scaled_c_learnable"] is True
     assert "scaled_c_init (`float`, *optional*, defaults to 0.7)" in settings_doc()
-    config = SSALlamaConfig(**TINY, attention_scoring="scaled", scaled_c_init=0.3)
+    config = tiny(attention_scoring="scaled", scaled_c_init=0.3)
     assert config.scoring_settings()["scaled_c_init"] == 0.3
     assert SSALlamaConfig.from_dict(config.to_dict()).scaled_c_init == 0.3  # saved and loaded with the config
     with pytest.raises(ValueError, match=r"scaled_c_init must be a finite number in \[0.0001, 10000\]"):
-        SSALlamaConfig(**TINY, attention_scoring="scaled", scaled_c_init=-1.0)
+        tiny(attention_scoring="scaled", scaled_c_init=-1.0)
     with pytest.raises(ValueError, match="scaled_c_learnable must be true or false"):
-        SSALlamaConfig(**TINY, attention_scoring="scaled", scaled_c_learnable="yes")
+        tiny(attention_scoring="scaled", scaled_c_learnable="yes")
     assert card_fields(config) == ["scoring_granularity", "scaled_c_init", "scaled_c_learnable"]
 
 
@@ -71,7 +75,7 @@ def test_parameters_and_model_follow_the_declaration(scaled):
     assert sum(p.numel() for p in module.parameters()) == 2  # learnable by default, one per head
     fixed = ScoringParameters("scaled", 2, scoring_granularity="layer", scaled_c_learnable=False, scaled_c_init=2.0)
     assert list(fixed.parameters()) == [] and fixed()["c"].tolist() == [2.0, 2.0]
-    config = SSALlamaConfig(**TINY, attention_scoring="scaled", scaled_c_init=0.3)
+    config = tiny(attention_scoring="scaled", scaled_c_init=0.3)
     model = SSALlamaForCausalLM(config).eval()
     values = model.scoring_parameters()
     assert [v["c"] for v in values.values()] == [pytest.approx([0.3, 0.3])]
@@ -98,7 +102,7 @@ def test_eager_and_flex_run_the_declared_logits(scaled):
 @pytest.mark.parametrize("old,new,value", [("ssa_granularity", "scoring_granularity", "layer"),
                                            ("ssa_parametrization", "scoring_parametrization", "exp")])
 def test_old_setting_names_still_load(tmp_path, old, new, value):
-    model = SSALlamaForCausalLM(SSALlamaConfig(**TINY, **{new: value}))
+    model = SSALlamaForCausalLM(tiny(**{new: value}))
     model.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert new in saved and old not in saved  # saved under the canonical name

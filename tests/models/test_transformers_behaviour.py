@@ -62,7 +62,7 @@ def _weights_and_logits(model, ids, mask):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("scoring", ["ssa", "softmax", "sigmoid"])
+@pytest.mark.parametrize("scoring", ["ssa", "softmax", "sigmoid", "linear"])
 @pytest.mark.parametrize("requested,runs", [("eager", "ssa_eager"), ("sdpa", "ssa_auto"), (None, "ssa_auto")])
 def test_standard_implementation_names_run_the_configured_scoring(family, scoring, requested, runs):
     reference = build(family, scoring)
