@@ -22,10 +22,13 @@ def run(args) -> int:
             print("this is the GPU scale: add --execute to run it")
         return 0
     command = "ssa-hf " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["reproduce"] else "ssa-hf reproduce"
-    summary = run_reproduce(config, args.output_dir, command=command, config_path=path, results_file=args.results_file)
+    summary = run_reproduce(config, args.output_dir, command=command, config_path=path, results_file=args.results_file,
+                            report_only=args.report_only)
     for claim in summary["claims"]:
         primary = next(r for r in claim["rows"] if r["primary"])
         print(f"{claim['id']}: {primary['verdict']}")
+    if summary["pending"]:
+        print(f"not finished: {', '.join(summary['pending'])} (run the same command again to resume)")
     print(f"wrote {args.output_dir}/RESULTS.md" + (f" and {args.results_file}" if args.results_file else ""))
     return 0
 
@@ -40,6 +43,8 @@ def register(subparsers) -> None:
     p.add_argument("--results-file", help="also write RESULTS.md here (e.g. docs/RESULTS.md)")
     p.add_argument("--data-dir", help="local data in the layout of ../shared/data (default: $SSA_HF_DATA_DIR)")
     p.add_argument("--workers", type=int, help="runs in parallel processes (default: the config's)")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: write RESULTS.md from the runs that finished earlier in --output-dir")
     p.add_argument("--plan", action="store_true", help="print the runs and declared endpoints, run nothing")
     p.add_argument("--execute", action="store_true", help="with --scale paper: run it (a GPU job) instead of printing the plan")
     p.set_defaults(func=run)

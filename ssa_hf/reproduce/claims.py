@@ -17,7 +17,10 @@ ICL_PAPER = {
     "some": "softmax degrades sharply with large inputs and long prompts; SSA significantly reduces the errors",
     "linear": "SSA reduces the error under shift, without fully solving shifts of both inputs and functions",
 }
+ICL_QUALITATIVE = "SSA lower (qualitative: plots, no table)"
 _FIGURES = {(f.section, f.key): f for f in PAPER_FIGURES}
+# the range of each kind of figure (an arm's interval is clipped to it)
+BOUNDS = {"percent": (0.0, 100.0), "accuracy": (0.0, 1.0), "nll": (0.0, float("inf"))}
 # our perplexity endpoints and the paper's evaluation sets they stand for
 PERPLEXITY_SETS = {"nll_in": "fineweb", "nll_out": "wikipedia"}
 
@@ -48,7 +51,7 @@ def icl_claim(name: str, experiment: ICLExperiment, results, config: ReproduceCo
         raise ValueError(f"icl.{name}: the primary endpoint was not evaluated: {primary['skipped']}")
     comparison = {**primary, "interval": "bootstrap"}
     rows = [_row(primary["description"], experiment.direction, comparison, primary["alpha"], p=primary["p"],
-                 test=primary["test"], primary=True, paper={"text": ICL_PAPER.get(task, experiment.claim)})]
+                 test=primary["test"], primary=True, paper={"text": ICL_QUALITATIVE})]
     level = results.config["stats"]["level"]
     for endpoint in experiment.secondary:
         rows.append(_icl_secondary(endpoint, results.runs, task, level, config.alpha))
@@ -74,8 +77,7 @@ def _icl_secondary(endpoint: Endpoint, runs: list[dict], task: str, level: float
     label = endpoint.label or f"mean {metric.replace('_', ' ')} over {axis} {span}"
     where = f" ({selector.test_set} set)" if selector.sweep != "grid" else ""
     label = f"{label}{where}, {endpoint.treatment} minus {endpoint.control}"
-    return _row(label, endpoint.direction, comparison, alpha, margin=endpoint.margin,
-                paper={"text": ICL_PAPER.get(task, "")})
+    return _row(label, endpoint.direction, comparison, alpha, margin=endpoint.margin, paper={"text": ICL_QUALITATIVE})
 
 
 def _icl_settings(config: dict) -> dict:
@@ -95,15 +97,18 @@ def _values(results: list[dict], arm: str, seeds: list[int], getter) -> list[flo
 
 def _lm_row(label: str, endpoint: Endpoint, results: list[dict], experiment: LMExperiment, getter, config, *,
             primary: bool, paper: dict | None, scale: str = "difference") -> dict | None:
-    seeds = sorted({r["seed"] for r in results if r["arm"] == experiment.treatment}
-                   & {r["seed"] for r in results if r["arm"] == experiment.control})
+    seeds = paired_seeds(results, experiment)
+    if len(seeds) < 2:
+        return None  # no interval from fewer than 2 paired seeds (a run still pending)
     try:
         treatment = _values(results, experiment.treatment, seeds, getter)
         control = _values(results, experiment.control, seeds, getter)
     except (KeyError, TypeError):
         return None  # this figure is missing from some run (e.g. a task that did not run)
     comparison = paired_comparison(treatment, control, endpoint.interval, config.level)
-    comparison["treatment_ci"], comparison["control_ci"] = mean_ci(treatment, config.level), mean_ci(control, config.level)
+    bounds = BOUNDS[scale]
+    comparison["treatment_ci"] = mean_ci(treatment, config.level, bounds)
+    comparison["control_ci"] = mean_ci(control, config.level, bounds)
     return _row(label, endpoint.direction, comparison, config.alpha, margin=endpoint.margin, paper=paper,
                 primary=primary, scale=scale)
 
@@ -164,10 +169,20 @@ CLAIMS = {"zorro": "SSA improves grammatical generalisation of a BabyBERTa model
           "lm_eval": "SSA raises the decoder's lm-eval accuracies"}
 
 
+def paired_seeds(results: list[dict], experiment: LMExperiment) -> list[int]:
+    """Seeds with a finished run of both the treatment and the control arm."""
+    return sorted({r["seed"] for r in results if r["arm"] == experiment.treatment}
+                  & {r["seed"] for r in results if r["arm"] == experiment.control})
+
+
 def lm_claims(kind: str, experiment: LMExperiment, results: list[dict], config: ReproduceConfig) -> list[dict]:
+    """The claims of one kind of language model from its finished runs (claims with < 2 paired seeds are left
+    out: `pending_claims` names them)."""
     claims = []
+    seeds = paired_seeds(results, experiment)
+    results = [r for r in results if r["seed"] in seeds]
     for claim, primary in experiment.primary.items():
-        if any(claim not in r["evaluations"] for r in results):
+        if len(seeds) < 2 or any(claim not in r["evaluations"] for r in results):
             continue
         endpoints = [(primary, True)] + [(e, False) for e in experiment.secondary.get(claim, [])]
         if not experiment.secondary.get(claim):
@@ -175,15 +190,25 @@ def lm_claims(kind: str, experiment: LMExperiment, results: list[dict], config: 
                           for m in _default_secondary(claim, results)]
         rows = []
         for endpoint, is_primary in endpoints:
-            row = _lm_row(endpoint.label or endpoint.metric, endpoint, results, experiment,
+            row = _lm_row(endpoint.label or _label(endpoint.metric), endpoint, results, experiment,
                           _getter(claim, endpoint.metric, results), config, primary=is_primary,
                           paper=_paper_for(claim, endpoint.metric), scale=_scale(claim, endpoint.metric))
             if row is not None:
                 rows.append(row)
+        if not any(r["primary"] for r in rows):
+            continue
         claims.append({"id": f"{kind}_{claim}", "section": kind, "claim_kind": claim, "title": TITLES[claim],
-                       "claim": CLAIMS[claim], "rows": rows, "seeds": list(experiment.seeds),
+                       "claim": CLAIMS[claim], "rows": rows, "seeds": seeds,
                        "baselines": _lm_baselines(results) if claim == "lm_eval" else None})
     return claims
+
+
+def _label(metric: str) -> str:
+    if ":" in metric:
+        return metric.split(":", 1)[1]
+    return {"nll_in": "held-out training-distribution text: mean NLL per token",
+            "nll_out": "out-of-distribution text: mean NLL per token", "zorro_mean": "mean Zorro accuracy (%)",
+            "lm_eval_mean": "mean accuracy over the tasks"}.get(metric, metric)
 
 
 def _scale(claim: str, metric: str) -> str:

@@ -106,6 +106,11 @@ def results_markdown(summary: dict) -> str:
         f"transformers {env.get('transformers')}, lm-eval {env.get('lm_eval') or '–'}",
         f"- Config: `{summary['config_path']}` — {summary['description']}",
         "",
+    ]
+    if summary.get("pending"):
+        lines += [f"**Partial:** not finished yet: {', '.join(summary['pending'])} (fewer than 2 paired seeds, or the "
+                  "experiment is still running). The same command resumes and reuses every finished run.", ""]
+    lines += [
         "The paper's figures come from REFERENCE.md (ssa_hf/evaluation/compare.py PAPER_FIGURES); the ICL claims "
         "are qualitative there (plots, no table). Our models are far smaller and trained far shorter than the "
         "paper's, on offline stand-ins for its data: a verdict says what this scale shows, not what the paper's "

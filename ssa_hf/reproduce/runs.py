@@ -55,11 +55,12 @@ def pretrain_values(experiment: LMExperiment, arm: str, seed: int, run_dir: Path
 def lm_specs(kind: str, experiment: LMExperiment, config: ReproduceConfig, root: Path) -> list[dict]:
     """One picklable job description per (arm, seed) of `experiment` (treatment and control only)."""
     specs = []
-    for arm in (experiment.control, experiment.treatment):
-        for seed in experiment.seeds:
+    for arm_index, arm in enumerate((experiment.control, experiment.treatment)):
+        for seed_index, seed in enumerate(experiment.seeds):
             run_dir = root / kind / f"{arm}-seed{seed}"
             train = pretrain_values(experiment, arm, seed, run_dir, config.threads)
             specs.append({"kind": kind, "arm": arm, "seed": seed, "run_dir": str(run_dir), "train": train,
+                          "arm_index": arm_index, "seed_index": seed_index,
                           "evaluation": experiment.evaluation, "data_dir": config.data_dir, "threads": config.threads,
                           "key": _key({"train": {k: v for k, v in train.items() if k != "resume"},
                                        "evaluation": experiment.evaluation})})
