@@ -81,9 +81,12 @@ def test_decoder_114m_matches_the_paper_model():
     assert config.tie_word_embeddings and 49_000 <= config.vocab_size <= 51_000
     count = count_parameters(config)
     assert abs(count - 114e6) <= 0.05 * 114e6, count
-    # the SwiGLU width keeps the MLP's parameters equal to the paper's 2-matrix MLP of 3,072
-    assert 3 * config.hidden_size * config.intermediate_size == 2 * config.hidden_size * 3072
+    # Nemotron's block: a two-matrix squared-ReLU MLP of 3,072, LayerNorm1P, RoPE on half of each head, std 0.0134
+    assert (config.mlp_type, config.intermediate_size, config.norm_type) == ("relu2", 3072, "layernorm1p")
+    assert config.rotary_fraction() == 0.5 and config.initializer_range == 0.0134 and config.rms_norm_eps == 1e-5
+    assert count == 114_133_260
     assert (config.ssa_learn_b, config.ssa_b_init, config.ssa_learn_n, config.ssa_n_init) == (False, 0.8, True, 1.5)
+    assert config.ssa_parametrization == "raw"  # n trained with no clamp, as the authors' run
 
 
 def test_icl_and_babyberta_shapes():
@@ -174,7 +177,7 @@ def test_params_command_prints_counts(capsys):
     for name, line in rows.items():
         expected = count_parameters(load_model_config(name, attention_scoring="softmax"))
         assert f"{expected:,}" in line
-    assert re.search(r"\| decoder_114m \| SSALlamaForCausalLM \| 12 \| 768 \| 2048 \| 24 \| 8 \| 50257 \|", out)
+    assert re.search(r"\| decoder_114m \| SSALlamaForCausalLM \| 12 \| 768 \| 3072 \| 24 \| 8 \| 50257 \|", out)
     assert describe_parameters("decoder_114m").parameters_m == pytest.approx(114.1, abs=0.05)
 
 

@@ -22,7 +22,9 @@ SCORING_CONFIG_DOC = r"""
         ssa_parametrization (`str`, *optional*, defaults to `"softplus"`):
             How learnable b and n are stored. `"softplus"`: b = softplus(raw) > 0 and n = 1 + softplus(raw) >= 1
             whatever the optimiser does; `"exp"`: b = exp(a), n = exp(r) (the authors' nanoGPT code; n >= 1 is not
-            enforced).
+            enforced); `"raw"`: b and n are the parameters themselves, trained without any constraint (the authors'
+            114M decoder: n from 1.5, unclamped, may fall below 1 or 0; a learned b that reaches 0 or below makes SSA
+            undefined, which is why that run keeps b fixed).
         ssa_b_init (`float`, *optional*, defaults to 1.0):
             Initial (or fixed) value of SSA's b, in [1e-4, 1e4].
         ssa_n_init (`float`, *optional*, defaults to 1.5):

@@ -101,12 +101,14 @@ def scoring_parameter_problems(model: nn.Module) -> list[str]:
         if not isinstance(module, ScoringParameters):
             continue
         values = module()
-        enforced = module.options.ssa_parametrization != "exp"
+        enforced = module.options.ssa_parametrization == "softplus"  # exp and raw do not keep n >= 1
         for name, value in values.items():
             value = value.detach().double().cpu()
             bound, included = _PARAMETER_BOUNDS.get(name, (-math.inf, True))
             if name == "n" and not enforced and module.params[name].learnable:
                 bound, included = 0.0, False  # the exp parametrisation does not enforce n >= 1, only n > 0
+                if module.options.ssa_parametrization == "raw":
+                    bound, included = -math.inf, True  # raw: any finite n (the authors' 114M run)
             if not torch.isfinite(value).all():
                 problems.append(f"{path}.{name}: not finite, got {value.tolist()}")
             elif (value < bound).any() or (not included and (value == bound).any()):

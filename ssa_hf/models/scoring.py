@@ -414,7 +414,7 @@ def get_scoring_function(name: str) -> ScoringFunction | LinearAttention:
 # Parameters (b, n, t, s, alpha) as modules, with the parametrisations that keep them valid
 # --------------------------------------------------------------------------------------------------
 
-PARAMETRIZATIONS = ("softplus", "exp")
+PARAMETRIZATIONS = ("softplus", "exp", "raw")
 
 
 def _inverse_softplus(y: float) -> float:
@@ -426,6 +426,8 @@ class ConstrainedParameter(nn.Module):
 
     - `softplus`: value = floor + softplus(raw): stays above `floor` whatever the optimiser does.
     - `exp`: value = exp(raw), the authors' parametrisation (b = e^a, n = e^r); `floor` is not enforced.
+    - `raw`: value = raw, stored as is and trained without any constraint (the authors' 114M decoder trains n
+      from 1.5 this way: it may leave [1, inf) and even turn negative); `floor` is not enforced.
     A fixed parameter is a buffer holding the value itself. `size` is the number of heads, or 1 for one
     value per layer (broadcast to all heads by `forward`).
     """
@@ -438,7 +440,9 @@ class ConstrainedParameter(nn.Module):
         if not learnable:
             self.register_buffer("value", torch.full((size,), float(init)), persistent=True)
             return
-        if parametrization == "exp":
+        if parametrization == "raw":
+            raw = float(init)
+        elif parametrization == "exp":
             raw = math.log(init)
         else:
             # keep the initial value strictly above the floor so that the raw value is finite
@@ -448,6 +452,8 @@ class ConstrainedParameter(nn.Module):
     def forward(self) -> Tensor:
         if not self.learnable:
             value = self.value
+        elif self.parametrization == "raw":
+            value = self.raw
         elif self.parametrization == "exp":
             value = torch.exp(self.raw)
         else:
@@ -459,6 +465,8 @@ class ConstrainedParameter(nn.Module):
         with torch.no_grad():
             if not self.learnable:
                 self.value.fill_(init)
+            elif self.parametrization == "raw":
+                self.raw.fill_(init)
             elif self.parametrization == "exp":
                 self.raw.fill_(math.log(init))
             else:
@@ -518,7 +526,7 @@ class ScoringOptions:
     """Settings of the scoring parameters; the model configs carry the same names as fields."""
 
     ssa_granularity: str = "head"  # "head" or "layer"
-    ssa_parametrization: str = "softplus"  # "softplus" (b > 0, n >= 1 enforced) or "exp" (authors')
+    ssa_parametrization: str = "softplus"  # "softplus" (b > 0, n >= 1 enforced), "exp" (authors' nanoGPT), "raw" (114M)
     ssa_b_init: float = 1.0
     ssa_n_init: float = 1.5
     ssa_learn_b: bool = True

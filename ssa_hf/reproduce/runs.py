@@ -130,7 +130,9 @@ def _perplexity(final: Path, spec: dict) -> dict:
 
     settings = spec["evaluation"].get("perplexity") or {}
     out_of = settings.get("out_of_distribution")
-    results = evaluate_perplexity(str(final), data=[str(resolve_path(out_of))] if out_of else None, heldout=True,
+    name = settings.get("out_of_distribution_name")  # a Hub data set's configuration
+    data = [out_of if name or _is_hub_name(out_of) else str(resolve_path(out_of))] if out_of else None
+    results = evaluate_perplexity(str(final), data=data, name=name, heldout=True,
                                   windows=settings.get("windows", 200), window_length=settings.get("window_length"),
                                   seed=settings.get("seed", 0), batch_size=settings.get("batch_size", 16),
                                   device=settings.get("device"), output_dir=str(Path(spec["run_dir"]) / "perplexity"),
@@ -142,11 +144,17 @@ def _perplexity(final: Path, spec: dict) -> dict:
     return out
 
 
+def _is_hub_name(path: str) -> bool:
+    """`owner/name` that is no local path (a Hub data set)."""
+    return path.count("/") == 1 and not path.startswith((".", "/", "~", "$")) and not resolve_path(path).exists()
+
+
 def _lm_eval(final: Path, spec: dict) -> dict:
     from ..evaluation import EvalConfig, run_eval
 
     settings = dict(spec["evaluation"].get("lm_eval") or {})
     data_dir = settings.pop("data_dir", None) or spec["data_dir"] or "${SSA_HF_DATA_DIR}"
+    # winogrande and copa have no offline copy: lm-eval reads them from the Hub when it is reachable
     config = EvalConfig(model=str(final), data_dir=str(resolve_path(data_dir)), threads=spec["threads"],
                         output_dir=str(Path(spec["run_dir"]) / "lm_eval"), name=f"{spec['arm']}-seed{spec['seed']}",
                         **settings)
