@@ -33,16 +33,18 @@ def unique_parameter_count(model: torch.nn.Module) -> int:
 
 
 def llama_parameter_formula(c: SSALlamaConfig) -> int:
-    """Count of a Llama decoder by hand: embeddings, attention, SwiGLU, norms, head, learned scoring values."""
+    """Count of a Llama decoder by hand: embeddings, attention, MLP (SwiGLU: 3 matrices; relu2: 2), norms (RMSNorm:
+    a gain; LayerNorm1P: a gain and a bias), head, learned scoring values."""
     head_dim = c.hidden_size // c.num_attention_heads
     attention = 2 * c.hidden_size * c.num_attention_heads * head_dim + 2 * c.hidden_size * c.num_key_value_heads * head_dim
-    mlp = 3 * c.hidden_size * c.intermediate_size
-    per_layer = attention + mlp + 2 * c.hidden_size
+    mlp = (2 if c.mlp_type == "relu2" else 3) * c.hidden_size * c.intermediate_size
+    norm = (2 if c.norm_type == "layernorm1p" else 1) * c.hidden_size
+    per_layer = attention + mlp + 2 * norm
     embeddings = c.vocab_size * c.hidden_size
     head = 0 if c.tie_word_embeddings else c.vocab_size * c.hidden_size
     values = c.num_attention_heads if c.ssa_granularity == "head" else 1
     scoring = values * (int(c.ssa_learn_b) + int(c.ssa_learn_n)) if c.attention_scoring == "ssa" else 0
-    return embeddings + c.num_hidden_layers * (per_layer + scoring) + c.hidden_size + head
+    return embeddings + c.num_hidden_layers * (per_layer + scoring) + norm + head
 
 
 def test_every_shipped_preset_is_listed():
