@@ -50,7 +50,7 @@ def _p(row: dict) -> str:
     return "–" if w is None else f"{w:.3g} (wilcoxon, descriptive)"
 
 
-ROW_HEADERS = ["endpoint", "paper: softmax → SSA", "ours: softmax", "ours: SSA", "SSA − softmax [interval]",
+ROW_HEADERS = ["endpoint", "paper: softmax → SSA", "ours: control (softmax)", "ours: SSA", "SSA − control [interval]",
                "seeds (SSA lower / higher)", "p", "verdict"]
 
 
