@@ -13,6 +13,9 @@ Presets: `tiny_llama` and `decoder_114m` (12 layers, hidden 768, 24 heads / 8 ke
 
 Training: tokens/s of forward+backward+AdamW steps (median over steps after warm-up steps).
 Decoding: new tokens/s of greedy `generate` with the KV cache (one-token steps), after a warm-up generate.
+The three variants of a (preset, length) live side by side and are timed alternately, step by step (the order
+rotating), so that each sees the same load: on a shared or loaded machine, timing one variant after another
+compares the machine's moods, not the variants.
 Prints a markdown table with ratios to softmax (same attention) and to SDPA, and writes JSON.
 Timing pins glibc's malloc thresholds (REFERENCE section 5) by re-executing itself when they are unset.
 """
@@ -51,40 +54,83 @@ def build(preset: str, scoring: str, implementation: str, max_length: int):
     return build_model(config, "causal_lm", attn_implementation=implementation)
 
 
-def train_tokens_per_s(model, batch: int, length: int, steps: int, warmup: int) -> tuple[float, float]:
-    import torch
+class TrainingRun:
+    """One variant's model, optimizer and batch; `step()` times one forward+backward+AdamW step."""
 
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, model.config.vocab_size, (batch, length), generator=g)
-    times = []
-    for step in range(warmup + steps):
+    def __init__(self, model, batch: int, length: int):
+        import torch
+
+        self.model = model.train()
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(3, model.config.vocab_size, (batch, length), generator=g)
+
+    def step(self) -> float:
         start = time.perf_counter()
-        loss = model(input_ids=ids, labels=ids).loss
+        loss = self.model(input_ids=self.ids, labels=self.ids).loss
         loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if step >= warmup:  # warm-up steps build the native kernels and warm caches
-            times.append(time.perf_counter() - start)
-    return batch * length / statistics.median(times), statistics.median(times)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
 
 
-def decode_tokens_per_s(model, prompt: int, new_tokens: int, repeats: int) -> float:
+def alternate(calls: dict, repeats: int, min_seconds: float = 0.0, max_repeats: int = 200) -> dict:
+    """Time every call at least `repeats` times and until `min_seconds` have passed (at most `max_repeats`), the
+    variants interleaved (the order rotating each round) so that all see the same machine load; returns each
+    variant's list of times.  Short calls thus get many samples: beside busy processes one sample of a few
+    milliseconds mostly measures where the scheduler's time slices fell."""
+    names = list(calls)
+    times = {name: [] for name in names}
+    start, r = time.perf_counter(), 0
+    while r < repeats or (time.perf_counter() - start < min_seconds and r < max_repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].append(calls[name]())
+        r += 1
+    return times
+
+
+def generate_call(model, prompt: int, new_tokens: int):
+    """A zero-argument function timing one greedy generate of `new_tokens` with the KV cache."""
     import torch
 
     model.eval()
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(3, model.config.vocab_size, (1, prompt), generator=g)
     kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
-    rates = []
-    with torch.no_grad():
-        model.generate(ids, **{**kwargs, "max_new_tokens": 4, "min_new_tokens": 4})  # warm-up
-        for _ in range(repeats):
+
+    def call() -> float:
+        with torch.no_grad():
             start = time.perf_counter()
             model.generate(ids, **kwargs)
-            rates.append(new_tokens / (time.perf_counter() - start))
-    return statistics.median(rates)
+            return time.perf_counter() - start
+
+    return call
+
+
+def measure(args, preset: str, length: int) -> list[dict]:
+    """Training and decoding rates of every variant at one (preset, length), the variants alternating."""
+    models = {name: build(preset, scoring, impl, max(length, args.prompt + args.new_tokens))
+              for name, scoring, impl in VARIANTS}
+    runs = {name: TrainingRun(model, args.batch, length) for name, model in models.items()}
+    alternate({name: run.step for name, run in runs.items()}, args.warmup)  # builds kernels, warms caches
+    train = alternate({name: run.step for name, run in runs.items()}, args.steps, args.min_seconds)
+    decode = {}
+    if args.decode:
+        calls = {name: generate_call(model, args.prompt, args.new_tokens) for name, model in models.items()}
+        alternate(calls, 1)  # warm-up
+        decode = alternate(calls, args.decode_repeats, args.min_seconds)
+    rows = []
+    for name, scoring, impl in VARIANTS:
+        step_s = statistics.median(train[name])
+        row = {"preset": preset, "length": length, "variant": name, "attn_implementation": impl,
+               "train_tokens_per_s": args.batch * length / step_s, "train_step_s": step_s,
+               "train_steps_timed": len(train[name])}
+        if args.decode:
+            row["decode_tokens_per_s"] = args.new_tokens / statistics.median(decode[name])
+            row["generates_timed"] = len(decode[name])
+        rows.append(row)
+        print(row, file=sys.stderr, flush=True)
+    return rows
 
 
 def main(argv=None) -> int:
@@ -97,9 +143,11 @@ def main(argv=None) -> int:
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--decode-repeats", type=int, default=2)
+    parser.add_argument("--min-seconds", type=float, default=0.0,
+                        help="keep alternating training steps (and generates) until this long has passed per cell")
     parser.add_argument("--no-decode", dest="decode", action="store_false")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--quick", action="store_true", help="tiny and decoder_114m at L=256 and 1024, at most 3 timed steps")
+    parser.add_argument("--quick", action="store_true", help="tiny and decoder_114m at L=256 and 1024")
     parser.add_argument("--load", type=int, default=0,
                         help="busy processes (`while True: pass`) running during the whole measurement, as data-loader "
                              "workers or a second job would")
@@ -115,22 +163,12 @@ def main(argv=None) -> int:
     plan = [(p, int(L)) for p in split_args(args.presets) for L in split_args(args.lengths)]
     if args.quick:
         plan = QUICK_PLAN
-        args.steps = min(args.steps, 3)
     busy_before = busy_fraction()
     rows = []
     with BusyProcesses(args.load):
         for preset, length in plan:
-            for name, scoring, implementation in VARIANTS:
-                model = build(preset, scoring, implementation, max(length, args.prompt + args.new_tokens))
-                tokens_s, step_s = train_tokens_per_s(model, args.batch, length, args.steps, args.warmup)
-                row = {"preset": preset, "length": length, "variant": name, "attn_implementation": implementation,
-                       "train_tokens_per_s": tokens_s, "train_step_s": step_s}
-                if args.decode:
-                    row["decode_tokens_per_s"] = decode_tokens_per_s(model, args.prompt, args.new_tokens, args.decode_repeats)
-                rows.append(row)
-                print(row, file=sys.stderr, flush=True)
-                del model
-                gc.collect()
+            rows += measure(args, preset, length)
+            gc.collect()
     keys = ["train_tokens_per_s"] + (["decode_tokens_per_s"] if args.decode else [])
     for row in rows:
         same = {r["variant"]: r for r in rows if r["preset"] == row["preset"] and r["length"] == row["length"]}
@@ -139,7 +177,7 @@ def main(argv=None) -> int:
             row[f"{key}_vs_sdpa"] = row[key] / same["softmax sdpa"][key]
     machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "threads": args.threads,
                "torch": torch.__version__, "batch": args.batch, "steps": args.steps, "warmup": args.warmup,
-               "prompt": args.prompt, "new_tokens": args.new_tokens, "malloc_env": MALLOC_ENV,
+               "prompt": args.prompt, "new_tokens": args.new_tokens, "min_seconds": args.min_seconds, "malloc_env": MALLOC_ENV,
                "busy_before": busy_before, "busy_after": busy_fraction(), "busy_processes": args.load}
     lines = ["| preset | L | variant | train tok/s | x softmax | x sdpa | decode tok/s | x softmax | x sdpa |",
              "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
@@ -150,7 +188,7 @@ def main(argv=None) -> int:
                      f"{r['train_tokens_per_s_vs_softmax']:.2f} | {r['train_tokens_per_s_vs_sdpa']:.2f} | {dec} |")
     text = "\n".join(lines)
     Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows, "table": text}, indent=2) + "\n")
-    print(f"\nbatch {args.batch}, median of {args.steps} training steps after {args.warmup} warm-up; decoding: prompt "
+    print(f"\nbatch {args.batch}, median of >= {args.steps} training steps (and >= {args.min_seconds} s) after {args.warmup} warm-up; decoding: prompt "
           f"{args.prompt}, {args.new_tokens} new tokens, greedy with KV cache (median of {args.decode_repeats}); "
           f"{machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; {args.load} busy processes; machine busy before/after: "
           f"{busy_before}/{machine['busy_after']} (0 = idle)\n")

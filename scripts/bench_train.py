@@ -16,7 +16,7 @@ import sys
 
 def main(argv=None) -> int:
     from ssa_hf.train.bench import DEFAULT_VARIANTS, BenchConfig, benchmark_training
-    from ssa_hf.train.options import parse_scalar
+    from ssa_hf.options import parse_scalar
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/pretrain/tiny_causal.yaml", help="pretraining config to time")

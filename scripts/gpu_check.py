@@ -56,7 +56,7 @@ import torch.nn.functional as F
 import transformers
 
 import ssa_hf
-from ssa_hf.models import attention as ssa_attention_module
+from ssa_hf.models import backends as ssa_backends_module
 from ssa_hf.models.attention import BACKENDS, choose_backend, scored_attention, ssa_attention
 from ssa_hf.models.scoring import get_scoring_function
 
@@ -204,7 +204,7 @@ def model_check(device, length):
     level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
-    ssa_attention_module._logged.clear()  # the backend choice is logged once per (scoring, backend, device)
+    ssa_backends_module._logged.clear()  # the backend choice is logged once per (scoring, backend, device)
     try:
         default = model.config._attn_implementation
         auto_loss, auto_grads = loss_and_grads()

@@ -20,8 +20,8 @@ __version__ = "0.1.0"
 # public name -> the module that defines it
 _PUBLIC = {
     **dict.fromkeys(
-        ["ALL_SCORING_FUNCTIONS", "LINEAR_ATTENTIONS", "BACKENDS", "SCORING_FUNCTIONS", "ScoringOptions",
-         "ScoringParameters", "get_scoring_function", "scored_attention", "ssa_attention", "supported_backends"],
+        ["ALL_SCORING_FUNCTIONS", "LINEAR_ATTENTIONS", "BACKENDS", "SCORING_FUNCTIONS", "ScoringParameters",
+         "card_fields", "register_scoring_function", "get_scoring_function", "scored_attention", "ssa_attention", "supported_backends"],
         ".models",
     ),
     "SSABertConfig": ".models.configuration_ssa_bert",
@@ -42,6 +42,11 @@ def __getattr__(name: str):
     if name in _SUBPACKAGES:
         return importlib.import_module(f".{name}", __name__)
     if name not in _PUBLIC:
+        if name.startswith("SSA"):  # any config or model class of the family table (ssa_hf/models/families.py)
+            classes = importlib.import_module(".models.families", __name__).public_classes()
+            if name in classes:
+                globals()[name] = classes[name]
+                return classes[name]
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(_PUBLIC[name], __name__), name)  # ssa_hf.models registers on import
     globals()[name] = value

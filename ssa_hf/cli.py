@@ -96,7 +96,8 @@ _NOISE = {"accelerate.utils.other": ("Removed shared tensor",)}
 
 def configure_logging(verbose: bool = False) -> None:
     """Log format and levels of the command line (also used by scripts/pretrain.py). Off a terminal (a log file,
-    CI), the Hub's and datasets' progress bars are off: their carriage-return updates only clutter the file."""
+    CI), progress bars are off (the Hub's, datasets', and every tqdm bar, lm-eval's included, through tqdm's
+    TQDM_DISABLE): their carriage-return updates only clutter the file; the commands log plain lines instead."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     # libraries' INFO lines (accelerate's per-file checkpoint messages, HTTP requests) are nothing to act on
     for noisy in ("httpx", "urllib3", "filelock", "fsspec", "matplotlib", "PIL", "torch", "datasets", "accelerate"):
@@ -106,7 +107,7 @@ def configure_logging(verbose: bool = False) -> None:
         if not any(isinstance(f, DropMessages) for f in logger.filters):
             logger.addFilter(DropMessages(*fragments))
     if not sys.stderr.isatty():
-        for variable in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+        for variable in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS", "TQDM_DISABLE"):
             os.environ.setdefault(variable, "1")
 
 

@@ -35,7 +35,7 @@ def run_demo(config: DemoConfig | None = None, output_dir: str | None = None) ->
         row = [scale]
         for name in config.scoring:
             spec = get_scoring_function(name)
-            p = {k: params[k] for k in spec.parameters}
+            p = {k: params[k] for k in spec.parameter_names if k in params}
             w = spec.weights((base * scale).float().view(1, 1, 1, -1), None, p).double().view(-1)
             entropy = max(0.0, float(-(w * torch.log(w.clamp_min(1e-300))).sum()))
             curves[name]["max_weight"].append(float(w[large]))

@@ -2,7 +2,7 @@
 
 A preset file looks like::
 
-    family: ssa_llama            # ssa_llama (SSALlamaConfig) or ssa_bert (SSABertConfig)
+    family: ssa_llama            # a family of ssa_hf/models/families.py: ssa_llama, ssa_bert, ssa_gpt2
     description: one line shown by `ssa-hf params`
     config:                      # any field of the family's config class
       hidden_size: 768
@@ -25,29 +25,14 @@ from typing import Any
 import torch
 import yaml
 
-from .models.configuration_ssa_bert import SSABertConfig
-from .models.configuration_ssa_llama import SSALlamaConfig
-from .models.modeling_ssa_bert import SSABertForMaskedLM, SSABertForSequenceClassification, SSABertModel
-from .models.modeling_ssa_llama import SSALlamaForCausalLM, SSALlamaForSequenceClassification, SSALlamaModel
+from .models.families import FAMILY_SPECS, family_of_config
 
 CONFIGS_ENV = "SSA_HF_CONFIGS_DIR"
 
-FAMILIES: dict[str, type] = {"ssa_llama": SSALlamaConfig, "ssa_bert": SSABertConfig}
-
-MODEL_CLASSES: dict[str, dict[str, type]] = {
-    "ssa_llama": {
-        "causal_lm": SSALlamaForCausalLM,
-        "base": SSALlamaModel,
-        "sequence_classification": SSALlamaForSequenceClassification,
-    },
-    "ssa_bert": {
-        "masked_lm": SSABertForMaskedLM,
-        "base": SSABertModel,
-        "sequence_classification": SSABertForSequenceClassification,
-    },
-}
-
-DEFAULT_TASK = {"ssa_llama": "causal_lm", "ssa_bert": "masked_lm"}
+# read from the family table (ssa_hf/models/families.py)
+FAMILIES: dict[str, type] = {spec.name: spec.config_class for spec in FAMILY_SPECS}
+MODEL_CLASSES: dict[str, dict[str, type]] = {spec.name: dict(spec.model_classes) for spec in FAMILY_SPECS}
+DEFAULT_TASK = {spec.name: spec.default_task for spec in FAMILY_SPECS}
 
 
 def checkout_folder(name: str, env: str, alternative: str) -> Path:
@@ -139,9 +124,11 @@ def load_preset(name_or_path: str | os.PathLike) -> Preset:
 
 
 def config_field_names(config_class: type) -> set[str]:
-    """Names a config class accepts: its dataclass fields plus properties such as `num_labels`."""
+    """Names a config class accepts: its dataclass fields, properties such as `num_labels` and the common names
+    of its `attribute_map` (GPT-2's `hidden_size` for `n_embd`)."""
     names = {f.name for f in dataclasses.fields(config_class)} if dataclasses.is_dataclass(config_class) else set()
     names |= {n for n in dir(config_class) if isinstance(getattr(config_class, n, None), property)}
+    names |= set(getattr(config_class, "attribute_map", None) or {})
     return {n for n in names if not n.startswith("_")}
 
 
@@ -158,7 +145,7 @@ def check_config_fields(config_class: type, fields: dict[str, Any], where: str) 
         raise ValueError(f"{where}: {config_class.__name__} has no field {', '.join(hints)}")
 
 
-def load_model_config(name_or_path: str | os.PathLike, **overrides) -> SSALlamaConfig | SSABertConfig:
+def load_model_config(name_or_path: str | os.PathLike, **overrides):
     """The config of a preset (name in configs/models/ or a YAML path) with `overrides` applied,
     e.g. `load_model_config("decoder_114m", attention_scoring="softmax", vocab_size=8192)`."""
     preset = load_preset(name_or_path)
@@ -187,16 +174,16 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
 
 
 def family_of(config) -> str:
-    for family, config_class in FAMILIES.items():
-        if isinstance(config, config_class):
-            return family
-    raise ValueError(
-        f"expected an SSALlamaConfig or SSABertConfig (from load_model_config), got {type(config).__name__}"
-    )
+    spec = family_of_config(config)
+    if spec is None:
+        names = " or ".join(s.config_class.__name__ for s in FAMILY_SPECS)
+        raise ValueError(f"expected an {names} (from load_model_config), got {type(config).__name__}")
+    return spec.name
 
 
 def model_class(config, task: str | None = None) -> type:
-    """The ssa-hf model class for a config and a task (default: causal_lm for ssa_llama, masked_lm for ssa_bert)."""
+    """The ssa-hf model class for a config and a task (default: the family's default task, e.g. causal_lm for
+    ssa_llama, masked_lm for ssa_bert)."""
     family = family_of(config)
     task = task or DEFAULT_TASK[family]
     classes = MODEL_CLASSES[family]
@@ -268,7 +255,7 @@ def describe_parameters(name_or_path: str | os.PathLike, task: str | None = None
         model_class=cls.__name__,
         layers=config.num_hidden_layers,
         hidden=config.hidden_size,
-        intermediate=config.intermediate_size,
+        intermediate=family_of_config(config).feed_forward_size(config),
         heads=config.num_attention_heads,
         kv_heads=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
         vocab=config.vocab_size,

@@ -110,3 +110,19 @@ def test_library_noise_is_dropped_or_summarised(caplog):
     assert messages == ["something else", "cut 3 requests"] and counter.dropped == 3
     assert len(logging.getLogger("accelerate.utils.other").filters) == 1
     assert not show_progress(argparse.Namespace(no_progress=False))  # pytest's stderr is not a terminal
+
+
+@pytest.mark.parametrize("command", ["pretrain", "icl", "eval", "probe", "perplexity", "compare", "convert", "push"])
+def test_command_help_imports_no_heavy_library(command):
+    result = run_python("-X", "importtime", "-m", "ssa_hf.cli", command, "--help")
+    assert result.returncode == 0 and result.stdout.startswith(f"usage: ssa-hf {command}"), result.stderr[-2000:]
+    heavy = imported_modules(result.stderr) & set(HEAVY)
+    assert not heavy, f"`ssa-hf {command} --help` imported {sorted(heavy)}"
+
+
+def test_icl_help_lists_every_config_key_and_the_old_names():
+    result = run_python("-m", "ssa_hf.cli", "icl", "--help")
+    for option in ("--train.lr", "--eval.seed", "--model.attention_scoring", "--attention_scoring", "--steps",
+                   "--linear-sigmas", "--scoring"):
+        assert option in result.stdout, option
+    assert "deprecated name of --attention_scoring" in " ".join(result.stdout.split())

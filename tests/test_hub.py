@@ -58,6 +58,12 @@ def sharpen(model, factor: float = 20.0, mix: float = 5.0) -> None:
                 p.mul_(factor)
             if any(k in name for k in ("v_proj.weight", "o_proj.weight", "self.value.weight", "attention.output.dense.weight")):
                 p.mul_(mix)
+            if name.endswith("attn.c_attn.weight"):  # GPT-2's fused [q | k | v] projection (Conv1D: [in, 3 out])
+                width = p.shape[0]
+                p[:, : 2 * width].mul_(factor)
+                p[:, 2 * width :].mul_(mix)
+            if name.endswith("attn.c_proj.weight"):
+                p.mul_(mix)
 
 
 def make_llama(folder: Path):
@@ -94,7 +100,19 @@ def make_bert(folder: Path, **kwargs):
     return model
 
 
-SOURCES = {"llama": make_llama, "roberta": make_roberta, "bert": make_bert}
+def make_gpt2(folder: Path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(3)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                       bos_token_id=0, eos_token_id=2))
+    sharpen(model)
+    model.save_pretrained(folder)
+    return model
+
+
+SOURCES = {"llama": make_llama, "roberta": make_roberta, "bert": make_bert, "gpt2": make_gpt2}
+CAUSAL = ("llama", "gpt2")
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +156,7 @@ def inputs_for(kind: str, seed: int = 0, padded: bool = False):
 def load_converted(folder: Path, kind: str):
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
-    auto = AutoModelForCausalLM if kind == "llama" else AutoModelForMaskedLM
+    auto = AutoModelForCausalLM if kind in CAUSAL else AutoModelForMaskedLM
     return auto.from_pretrained(folder).eval()
 
 
@@ -293,11 +311,16 @@ def test_conversion_refusals(workdir, sources, tmp_path):
         convert_checkpoint(llama_src, tmp_path / "x", hidden_size=64)
     with pytest.raises(ValueError, match="unknown scoring function"):
         convert_checkpoint(llama_src, tmp_path / "x", "ssaa")
-    gpt2 = tmp_path / "gpt2"
-    gpt2.mkdir()
-    (gpt2 / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
-    with pytest.raises(ConversionError, match="model_type 'gpt2' cannot be converted"):
-        convert_checkpoint(gpt2, tmp_path / "x")
+    t5 = tmp_path / "t5"
+    t5.mkdir()
+    (t5 / "config.json").write_text(json.dumps({"model_type": "t5", "architectures": ["T5ForConditionalGeneration"]}))
+    with pytest.raises(ConversionError, match="model_type 't5' cannot be converted"):
+        convert_checkpoint(t5, tmp_path / "x")
+    gpt2_heads = tmp_path / "gpt2_heads"
+    gpt2_heads.mkdir()
+    (gpt2_heads / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2DoubleHeadsModel"]}))
+    with pytest.raises(ConversionError, match="GPT2DoubleHeadsModel.*not supported for gpt2"):
+        convert_checkpoint(gpt2_heads, tmp_path / "x")
     relu_bert = tmp_path / "relu_bert"
     make_bert(relu_bert, hidden_act="relu")
     with pytest.raises(ConversionError, match="hidden_act='relu'"):

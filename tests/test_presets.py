@@ -42,7 +42,7 @@ def llama_parameter_formula(c: SSALlamaConfig) -> int:
     per_layer = attention + mlp + 2 * norm
     embeddings = c.vocab_size * c.hidden_size
     head = 0 if c.tie_word_embeddings else c.vocab_size * c.hidden_size
-    values = c.num_attention_heads if c.ssa_granularity == "head" else 1
+    values = c.num_attention_heads if c.scoring_granularity == "head" else 1
     scoring = values * (int(c.ssa_learn_b) + int(c.ssa_learn_n)) if c.attention_scoring == "ssa" else 0
     return embeddings + c.num_hidden_layers * (per_layer + scoring) + norm + head
 
@@ -88,7 +88,7 @@ def test_decoder_114m_matches_the_paper_model():
     assert config.rotary_fraction() == 0.5 and config.initializer_range == 0.0134 and config.rms_norm_eps == 1e-5
     assert count == 114_133_260
     assert (config.ssa_learn_b, config.ssa_b_init, config.ssa_learn_n, config.ssa_n_init) == (False, 0.8, True, 1.5)
-    assert config.ssa_parametrization == "raw"  # n trained with no clamp, as the authors' run
+    assert config.scoring_parametrization == "raw"  # n trained with no clamp, as the authors' run
 
 
 def test_icl_and_babyberta_shapes():

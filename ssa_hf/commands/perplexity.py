@@ -3,7 +3,7 @@
 
 def run(args) -> int:
     from ..cli import show_progress
-    from ..train.perplexity import evaluate_perplexity, perplexity_table
+    from ..evaluation.perplexity import evaluate_perplexity, perplexity_table
 
     results = evaluate_perplexity(
         args.model,

@@ -8,7 +8,8 @@ DESCRIPTION = (
 
 
 def full_parser():
-    """The parser with one option per config key (built when the command runs: the config classes import torch)."""
+    """The parser with one option per config key (built when the command runs; the config classes import no torch,
+    so `--help` answers at once)."""
     from ..cli import SuggestingParser
     from ..train.config import add_pretrain_arguments
 
@@ -25,9 +26,12 @@ def is_main_process() -> bool:
 
 
 def run(args) -> int:
-    from ..train import config_from_args, pretrain
+    from ..train.config import config_from_args
 
-    result = pretrain(config_from_args(full_parser().parse_args(args.extra_args)))
+    config = config_from_args(full_parser().parse_args(args.extra_args))  # (--help ends here, before torch loads)
+    from ..train.loop import pretrain
+
+    result = pretrain(config)
     if not is_main_process():
         return 0  # the main process prints the summary, once
     metrics = result.metrics

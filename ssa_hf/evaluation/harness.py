@@ -274,6 +274,26 @@ def load_lm(config: EvalConfig, model: str):
         ) from error
 
 
+def _task_entries(raw: dict[str, Any], samples: dict[str, list]) -> dict[str, dict[str, Any]]:
+    """One entry per task of lm-eval's raw results: metrics, version, few-shot count, sizes, baselines, data."""
+    tasks: dict[str, dict[str, Any]] = {}
+    for task, task_results in raw["results"].items():
+        task_config = raw.get("configs", {}).get(task, {})
+        n_samples = raw.get("n-samples", {}).get(task, {})
+        multiple_choice = task_config.get("output_type") == "multiple_choice"
+        tasks[task] = {
+            "metrics": parse_metrics(task_results),
+            "version": raw.get("versions", {}).get(task),
+            "num_fewshot": raw.get("n-shot", {}).get(task, task_config.get("num_fewshot")),
+            "n": n_samples.get("effective"),
+            "n_total": n_samples.get("original"),
+            "output_type": task_config.get("output_type"),
+            "baselines": baselines(samples.get(task, []), task) if multiple_choice else None,
+            "data": _data_source(task_config),
+        }
+    return tasks
+
+
 def run_eval(config: EvalConfig) -> EvalResults:
     """Run lm-eval on one model and return (and, with output_dir, write) its results."""
     import lm_eval
@@ -323,21 +343,7 @@ def run_eval(config: EvalConfig) -> EvalResults:
     if raw is None:  # only non-zero ranks of a distributed run get None
         raise RuntimeError("lm-eval returned no results (not the main process?)")
     samples = raw.pop("samples", {})
-    tasks: dict[str, dict[str, Any]] = {}
-    for task, task_results in raw["results"].items():
-        task_config = raw.get("configs", {}).get(task, {})
-        n_samples = raw.get("n-samples", {}).get(task, {})
-        entry = {
-            "metrics": parse_metrics(task_results),
-            "version": raw.get("versions", {}).get(task),
-            "num_fewshot": raw.get("n-shot", {}).get(task, task_config.get("num_fewshot")),
-            "n": n_samples.get("effective"),
-            "n_total": n_samples.get("original"),
-            "output_type": task_config.get("output_type"),
-            "baselines": baselines(samples.get(task, []), task) if task_config.get("output_type") == "multiple_choice" else None,
-            "data": _data_source(task_config),
-        }
-        tasks[task] = entry
+    tasks = _task_entries(raw, samples)
     model_info = checkpoint_info(model, is_local, lm.model)
     results = EvalResults(
         name=name,

@@ -39,9 +39,11 @@ def is_masked_lm_config(config) -> bool:
         return True
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
+    from ..models.families import FAMILIES
+
     model_type = getattr(config, "model_type", None)
-    if model_type == "ssa_bert":
-        return True
+    if model_type in FAMILIES:  # an ssa-hf family: masked when its default head is (SSABert)
+        return FAMILIES[model_type].default_task == "masked_lm"
     return model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 

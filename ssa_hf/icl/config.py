@@ -1,37 +1,185 @@
-"""Configuration of the ICL experiments: dataclasses, the `quick` and `paper` presets, YAML loading.
+"""Configuration of the ICL experiments: dataclasses, the `quick` and `paper` presets, YAML and command-line loading.
 
 `ICLConfig` holds everything a pipeline run needs; `configs/icl/quick.yaml` and `configs/icl/paper.yaml` spell out
-the presets (a test keeps them equal to `PRESETS`). Unknown keys and bad values raise ValueError naming the field.
+the presets (a test keeps them equal to `PRESETS`). Files and `ssa-hf icl` options go through the one config loader
+(`ssa_hf.options`): every field is a `--section.key` option, `SHORTCUTS` keeps the short names. Unknown keys and bad
+values raise ValueError naming the field.
+
+Renamed fields keep their old names as aliases (a deprecation warning when read from a file): `scoring` is now
+`attention_scoring` (as everywhere else in ssa-hf), the task `linear` is now `linear_regression`.
+
+This module imports no torch (the task table and the scoring registry are looked up when a config is validated),
+so that `ssa-hf icl --help` answers at once.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
-from ..models.scoring import ALL_SCORING_FUNCTIONS
-from .model import ICLModelConfig
-from .tasks import Curriculum, check_task, is_quantifier
+from ..options import ConfigError, deep_merge, from_dict, load_yaml, rename_aliases
+
+logger = logging.getLogger("ssa_hf.icl")
+
+
+def _alias(current: str) -> property:
+    """A deprecated attribute name that reads and writes `current` (Python code written for the old name)."""
+    return property(lambda self: getattr(self, current), lambda self, value: setattr(self, current, value),
+                    doc=f"deprecated name of `{current}`")
+
+
+def _check_scoring(names, where: str) -> None:
+    from ..models.scoring import ALL_SCORING_FUNCTIONS
+
+    for name in names:
+        if name not in ALL_SCORING_FUNCTIONS:
+            raise ValueError(f"{where}: unknown scoring function {name!r}; choose from {list(ALL_SCORING_FUNCTIONS)}")
+
+
+def _task(name: str) -> str:
+    """The canonical name of an ICL task (old names accepted), or a ValueError listing the tasks."""
+    from .registry import get_task
+
+    return get_task(name).name
+
+
+@dataclass
+class Curriculum:
+    """Number of points per prompt during training: `start`, + `increment` every `interval` steps, up to `end`.
+
+    start: points per prompt at the first step.
+    end: the most points per prompt.
+    increment: points added every `interval` steps.
+    interval: steps between increments.
+    """
+
+    start: int = 11
+    end: int = 41
+    increment: int = 2
+    interval: int = 2000
+
+    def validate(self) -> None:
+        if not 1 <= self.start <= self.end:
+            raise ValueError(f"curriculum: need 1 <= start <= end, got start={self.start}, end={self.end}")
+        if self.increment < 0 or self.interval < 1:
+            raise ValueError(f"curriculum: need increment >= 0 and interval >= 1, got {self.increment}, {self.interval}")
+
+    def points(self, step: int) -> int:
+        """Points at training step `step` (0-based)."""
+        return min(self.end, self.start + self.increment * (step // self.interval))
+
+
+@dataclass
+class ICLModelConfig:
+    """Size and attention of the ICL model (`ssa_hf.icl.model.ICLModel`).
+
+    layers: decoder layers.
+    heads: attention heads per layer.
+    width: hidden size.
+    mlp_ratio: MLP width / hidden size.
+    attention_only: drop every MLP block (the paper's attention-only variant; backbone llama only).
+    attention_scoring: the scoring function, an entry of `ssa_hf.ALL_SCORING_FUNCTIONS` (old name: scoring).
+    scoring_options: every other scoring field of the backbone's config (ssa_b_init, ssa_n_init, ...).
+    max_points: the longest prompt (points) the model accepts.
+    backbone: llama (SSALlama: RoPE, RMSNorm, SwiGLU, plus a slot flag in the read-in) or gpt2 (SSAGPT2, the
+        paper's: learned absolute positions, LayerNorm, GELU MLP, no slot flag).
+    """
+
+    ALIASES: ClassVar[dict[str, str]] = {"scoring": "attention_scoring"}
+
+    layers: int = 2
+    heads: int = 4
+    width: int = 64
+    mlp_ratio: int = 4
+    attention_only: bool = False
+    attention_scoring: str = "ssa"
+    scoring_options: dict | None = None
+    max_points: int = 256
+    backbone: str = field(default="llama", metadata={"choices": ("llama", "gpt2")})
+
+    scoring = _alias("attention_scoring")
+
+    def validate(self) -> None:
+        _check_scoring([self.attention_scoring], "model.attention_scoring")
+        for name in ("layers", "heads", "width", "mlp_ratio", "max_points"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        if self.width % self.heads:
+            raise ValueError(f"model.width ({self.width}) must be a multiple of model.heads ({self.heads})")
+        if self.backbone not in ("llama", "gpt2"):
+            raise ValueError(f"model.backbone: unknown backbone {self.backbone!r}; choose from ['llama', 'gpt2']")
+        if self.backbone == "llama" and (self.width // self.heads) % 2:
+            raise ValueError(f"model.width / model.heads must be even for rotary positions, got {self.width // self.heads}")
+        if self.backbone != "llama" and self.attention_only:
+            raise ValueError("model.attention_only: the attention-only variant exists for backbone 'llama' only; "
+                             "set model.backbone to llama or attention_only to false")
+
+    def backbone_config(self):
+        """The SSALlamaConfig or SSAGPT2Config of the backbone."""
+        from ..models.configuration_ssa_gpt2 import SSAGPT2Config
+        from ..models.configuration_ssa_llama import SSALlamaConfig
+
+        self.validate()
+        options = dict(self.scoring_options or {})
+        if "attention_scoring" in options:
+            raise ValueError("model.scoring_options: set the scoring function with model.attention_scoring, not in "
+                             "scoring_options")
+        shared = dict(
+            vocab_size=1,  # unused: inputs arrive through inputs_embeds
+            hidden_size=self.width,  # GPT-2's config maps these common names onto n_embd, n_layer, n_head, n_positions
+            num_hidden_layers=self.layers,
+            num_attention_heads=self.heads,
+            max_position_embeddings=2 * self.max_points,
+            attention_scoring=self.attention_scoring,
+            pad_token_id=None,
+            bos_token_id=None,
+            eos_token_id=None,
+            tie_word_embeddings=False,
+            **options,
+        )
+        if self.backbone == "gpt2":
+            return SSAGPT2Config(n_inner=self.mlp_ratio * self.width, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                 use_cache=False, **shared)
+        return SSALlamaConfig(intermediate_size=self.mlp_ratio * self.width, num_key_value_heads=self.heads,
+                              attention_dropout=0.0, attention_only=self.attention_only, **shared)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass
 class TrainConfig:
+    """Training of every run.
+
+    steps: training steps per run.
+    batch_size: prompts per step.
+    lr: learning rate (Adam).
+    warmup_steps: linear warm-up steps, then constant.
+    weight_decay: Adam weight decay.
+    grad_clip: clip the gradient norm to this (null: no clipping).
+    sigma: training inputs x ~ N(0, sigma).
+    sigma_ab: linear_regression: a, b ~ N(0, sigma_ab).
+    curriculum: points per prompt over the steps.
+    checkpoint_every: write a checkpoint every this many steps.
+    log_every: record the mean loss every this many steps.
+    mixed_precision: no, fp16 or bf16 (accelerate).
+    """
+
     steps: int = 300
     batch_size: int = 64
     lr: float = 1e-3
     warmup_steps: int = 20
     weight_decay: float = 0.0
     grad_clip: float | None = 1.0
-    # inputs of the training prompts: x ~ N(0, sigma); for `linear` also a, b ~ N(0, sigma_ab)
     sigma: float = 1.0
     sigma_ab: float = 1.0
     curriculum: Curriculum = field(default_factory=Curriculum)
     checkpoint_every: int = 100
     log_every: int = 10
-    mixed_precision: str = "no"  # "no", "fp16", "bf16" (accelerate)
+    mixed_precision: str = field(default="no", metadata={"choices": ("no", "fp16", "bf16")})
 
     def validate(self) -> None:
         for name in ("steps", "batch_size", "checkpoint_every", "log_every"):
@@ -58,31 +206,44 @@ LINEAR_PROTOCOLS = ("standard", "paper")
 
 @dataclass
 class EvalConfig:
-    # quantifier tasks: sequence and individual error over a sigma sweep (at `length` points) and over a length
-    # sweep (at `length_sweep_sigma`), on the standard and on the balanced test set
+    """Evaluation under distribution shift (every cell: `batches` x `batch_size` prompts from a generator seeded by
+    `seed` and the cell, so that every model and baseline sees the same prompts).
+
+    sigmas: quantifier tasks: the sigma sweep (x ~ N(0, sigma), at `length` points).
+    lengths: quantifier tasks: the length sweep (points, at `length_sweep_sigma`).
+    length: points of the sigma sweep (null: the curriculum's last number of points).
+    length_sweep_sigma: sigma of the length sweep.
+    balanced: also the balanced test set (first counterexample at a uniformly random position, or none).
+    probe: run the single-large-value probe (quantifier tasks).
+    linear_sigmas_x: linear_regression: sigma_x of the MSE grid.
+    linear_sigmas_ab: linear_regression: sigma_ab of the MSE grid.
+    linear_protocol: standard (one line per prompt at `length` points) or paper (the authors': linear_functions
+        lines, each applied to the same batch_size x-sequences of linear_points points).
+    linear_points: points per prompt of the paper protocol.
+    linear_functions: lines per cell of the paper protocol.
+    batches: batches of test prompts per cell.
+    batch_size: test prompts per batch.
+    seed: seed of the test prompts.
+    from_position: predictions from this (1-based) position on count for the sequence error and the MSE.
+    max_individual_error: in-distribution check (sigma 1): every run must reach this individual error.
+    max_balanced_sequence_error: in-distribution check: and this sequence error on the balanced set.
+    """
+
     sigmas: list[float] = field(default_factory=lambda: [1, 2, 4, 8, 16, 29])
     lengths: list[int] = field(default_factory=lambda: [10, 21, 50, 100, 200])
-    length: int | None = None  # points of the sigma sweep; None: the curriculum's last number of points
+    length: int | None = None
     length_sweep_sigma: float = 1.0
     balanced: bool = True
     probe: bool = True
-    # linear task: mean squared error over sigma_x x sigma_ab
     linear_sigmas_x: list[float] = field(default_factory=lambda: [1, 2, 5, 10])
     linear_sigmas_ab: list[float] = field(default_factory=lambda: [1, 2, 5, 10])
-    # "standard": `batches` x `batch_size` prompts per cell, one (a, b) each, at `length` points; "paper": the
-    # authors' protocol: `linear_functions` functions applied to the same `batch_size` x-sequences of
-    # `linear_points` points per cell (100 x 64 prompts of 9 points)
-    linear_protocol: str = "standard"
+    linear_protocol: str = field(default="standard", metadata={"choices": ("standard", "paper")})
     linear_points: int = 9
     linear_functions: int = 100
-    # every cell: `batches` batches of `batch_size` prompts, from a generator seeded by `seed` and the cell, so
-    # that every model (and the baselines) sees the same prompts
     batches: int = 4
     batch_size: int = 64
     seed: int = 1234
-    # predictions from this (1-based) position on count for the sequence error and the linear MSE
     from_position: int = 4
-    # in-distribution check (sigma 1, `length` points): every run must reach these
     max_individual_error: float = 0.02
     max_balanced_sequence_error: float = 0.15
 
@@ -119,7 +280,18 @@ class PrimaryEndpoint:
 
     Per seed: the mean of `metric` over the cells of `sweep` (on `test_set`) whose value lies in [min_value,
     max_value]; then `treatment` minus `control`, paired by seed, tested with `test` at level `alpha`.
-    For the linear task (`sweep: grid`, `metric: mse`) the cells are those with sigma_x in the range.
+    For linear_regression (`sweep: grid`, `metric: mse`) the cells are those with sigma_x in the range.
+
+    task: the task compared.
+    treatment: the scoring function tested.
+    control: the scoring function it is compared with.
+    sweep: sigma_sweep, length_sweep (quantifier tasks) or grid (linear_regression).
+    test_set: standard or balanced.
+    metric: sequence_error, individual_error (quantifier tasks) or mse (linear_regression).
+    min_value: the lowest sweep value of the cells averaged.
+    max_value: the highest (null: no bound).
+    test: wilcoxon or sign (exact, two-sided).
+    alpha: level of the test.
     """
 
     task: str = "every"
@@ -134,13 +306,16 @@ class PrimaryEndpoint:
     alpha: float = 0.05
 
     def validate(self) -> None:
-        check_task(self.task)
+        from .registry import get_task
+
+        task = get_task(self.task)
+        self.task = task.name
         if self.sweep not in SWEEPS or self.metric not in ENDPOINT_METRICS or self.test not in TESTS:
             raise ValueError(f"stats.primary: sweep must be one of {SWEEPS}, metric one of {ENDPOINT_METRICS}, test one of "
                              f"{TESTS}; got {self.sweep!r}, {self.metric!r}, {self.test!r}")
-        if (self.sweep == "grid") != (self.metric == "mse") or (self.sweep == "grid") == is_quantifier(self.task):
-            raise ValueError("stats.primary: the linear task has sweep 'grid' and metric 'mse'; the quantifier tasks a "
-                             "sigma_sweep or length_sweep and an error metric")
+        if self.sweep not in task.sweeps or self.metric not in task.endpoint_metrics:
+            raise ValueError(f"stats.primary: task {task.name!r} has sweeps {list(task.sweeps)} and metrics "
+                             f"{list(task.endpoint_metrics)}; got sweep {self.sweep!r} and metric {self.metric!r}")
         if self.test_set not in TEST_SETS:
             raise ValueError(f"stats.primary.test_set must be one of {TEST_SETS}, got {self.test_set!r}")
         if self.treatment == self.control:
@@ -166,6 +341,12 @@ class StatsConfig:
     `softmax` last: ssa - softmax, ssa - temperature, temperature - softmax.
     Secondary comparisons (every cell of every sweep) are exploratory; their Holm-adjusted p-values control the
     family-wise error over all cells and comparisons of a task.
+
+    primary: the declared primary endpoint (null: none).
+    comparisons: pairs [a, b] reported as a - b (null: every pair, ssa first, softmax last).
+    level: level of the paired bootstrap intervals.
+    bootstrap_resamples: resamples of the bootstrap.
+    bootstrap_seed: seed of the bootstrap.
     """
 
     primary: PrimaryEndpoint | None = field(default_factory=PrimaryEndpoint)
@@ -208,29 +389,39 @@ class StatsConfig:
 
 @dataclass
 class ICLConfig:
-    """One experiment: every (task, scoring function, seed) is a run of the same model, training and evaluation."""
+    """One experiment: every (task, scoring function, seed) is a run of the same model, training and evaluation.
+
+    name: the experiment's name (in the report).
+    tasks: ICL tasks: every, some, linear_regression (old name: linear).
+    attention_scoring: the scoring functions compared, e.g. softmax, ssa, temperature (old name: scoring).
+    seeds: seeds; each fixes a run's initial weights and training prompts.
+    device: auto (CUDA when available), cpu or cuda.
+    threads: torch CPU threads per run (null: torch's default).
+    workers: runs trained in parallel processes (CPU).
+    """
+
+    ALIASES: ClassVar[dict[str, str]] = {"scoring": "attention_scoring"}
 
     name: str = "quick"
     tasks: list[str] = field(default_factory=lambda: ["every"])
-    scoring: list[str] = field(default_factory=lambda: ["softmax", "ssa"])
+    attention_scoring: list[str] = field(default_factory=lambda: ["softmax", "ssa"])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     model: ICLModelConfig = field(default_factory=ICLModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)
-    device: str = "auto"  # "auto" (CUDA when available), "cpu", "cuda"
-    threads: int | None = None  # torch CPU threads per run (None: torch's default)
-    workers: int = 1  # runs trained in parallel processes (CPU)
+    device: str = field(default="auto", metadata={"choices": ("auto", "cpu", "cuda")})
+    threads: int | None = None
+    workers: int = 1
+
+    scoring = _alias("attention_scoring")
 
     def validate(self) -> "ICLConfig":
-        if not self.tasks or not self.scoring or not self.seeds:
-            raise ValueError("tasks, scoring and seeds must each name at least one entry")
-        for task in self.tasks:
-            check_task(task)
-        for name in self.scoring:
-            if name not in ALL_SCORING_FUNCTIONS:
-                raise ValueError(f"scoring: unknown scoring function {name!r}; choose from {list(ALL_SCORING_FUNCTIONS)}")
-        for values, what in ((self.tasks, "tasks"), (self.scoring, "scoring"), (self.seeds, "seeds")):
+        if not self.tasks or not self.attention_scoring or not self.seeds:
+            raise ValueError("tasks, attention_scoring and seeds must each name at least one entry")
+        self.tasks = [_task(task) for task in self.tasks]
+        _check_scoring(self.attention_scoring, "attention_scoring")
+        for values, what in ((self.tasks, "tasks"), (self.attention_scoring, "attention_scoring"), (self.seeds, "seeds")):
             if len(set(values)) != len(values):
                 raise ValueError(f"{what} has duplicates: {values}")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -242,8 +433,8 @@ class ICLConfig:
         self.model.validate()
         self.train.validate()
         self.eval.validate()
-        self.stats.validate(self.scoring, self.tasks)
-        if self.stats.primary_applies(self.scoring, self.tasks) is None:
+        self.stats.validate(self.attention_scoring, self.tasks)
+        if self.stats.primary_applies(self.attention_scoring, self.tasks) is None:
             self._check_primary_cells()
         longest = max(self.eval.lengths + [self.eval_length, self.train.curriculum.end, self.eval.linear_points])
         if longest > self.model.max_points:
@@ -277,7 +468,7 @@ class ICLConfig:
 QUICK = ICLConfig(
     name="quick",
     tasks=["every"],
-    scoring=["softmax", "ssa", "temperature"],
+    attention_scoring=["softmax", "ssa", "temperature"],
     seeds=list(range(10)),
     model=ICLModelConfig(layers=2, heads=4, width=64),
     train=TrainConfig(steps=150, lr=1e-3, warmup_steps=20, curriculum=Curriculum(start=11, end=21, increment=2, interval=20)),
@@ -302,10 +493,10 @@ AUTHORS_ICL_SSA = {
 
 PAPER = ICLConfig(
     name="paper",
-    tasks=["every", "some", "linear"],
-    scoring=["softmax", "ssa"],
+    tasks=["every", "some", "linear_regression"],
+    attention_scoring=["softmax", "ssa"],
     seeds=list(range(10)),
-    model=ICLModelConfig(layers=12, heads=8, width=256, scoring_options=dict(AUTHORS_ICL_SSA)),
+    model=ICLModelConfig(layers=12, heads=8, width=256, scoring_options=dict(AUTHORS_ICL_SSA), backbone="gpt2"),
     train=TrainConfig(
         steps=500_000,
         lr=1e-4,
@@ -336,24 +527,6 @@ def preset(name: str) -> ICLConfig:
     return copy.deepcopy(PRESETS[name])
 
 
-def _from_dict(cls, data: dict, where: str):
-    if not isinstance(data, dict):
-        raise ValueError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ValueError(f"{where or 'config'}: unknown field(s) {unknown}; known: {sorted(fields)}")
-    nested = {"model": ICLModelConfig, "train": TrainConfig, "eval": EvalConfig, "curriculum": Curriculum,
-              "stats": StatsConfig, "primary": PrimaryEndpoint}
-    values = {}
-    for key, value in data.items():
-        if key in nested and isinstance(value, dict) and key != "scoring_options":
-            values[key] = _from_dict(nested[key], value, f"{where}.{key}" if where else key)
-        else:
-            values[key] = value
-    return cls(**values)
-
-
 def config_from_dict(data: dict, base: ICLConfig | None = None) -> ICLConfig:
     """An ICLConfig from a (possibly partial) mapping, on top of `base` (a preset) or of the defaults.
 
@@ -362,29 +535,39 @@ def config_from_dict(data: dict, base: ICLConfig | None = None) -> ICLConfig:
     data = dict(data)
     if "preset" in data:
         base = preset(data.pop("preset"))
-    merged = _merge(asdict(base) if base is not None else asdict(ICLConfig()), data)
-    return _from_dict(ICLConfig, merged, "").validate()
-
-
-def _merge(base: dict, update: dict) -> dict:
-    out = dict(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "scoring_options":
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
+    try:
+        merged = deep_merge(asdict(base) if base is not None else asdict(ICLConfig()), rename_aliases(ICLConfig, data))
+        if isinstance(data.get("model"), dict) and "scoring_options" in data["model"]:
+            merged["model"]["scoring_options"] = data["model"]["scoring_options"]  # replaced, not merged
+        return from_dict(ICLConfig, merged).validate()
+    except ConfigError as error:
+        raise ValueError(str(error)) from None
 
 
 def load_config(path: str | Path) -> ICLConfig:
-    """Load a YAML file (see configs/icl/*.yaml)."""
-    import yaml
-
+    """Load a YAML file (see configs/icl/*.yaml; `base: OTHER.yaml` merges another file underneath)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"ICL config file not found: {path}")
-    data: Any = yaml.safe_load(path.read_text()) or {}
     try:
-        return config_from_dict(data)
+        return config_from_dict(load_yaml(path))
     except (TypeError, ValueError) as error:
         raise ValueError(f"{path}: {error}") from None
+
+
+# `ssa-hf icl` short options -> config keys (every key is also an option of its own: --train.lr, --eval.seed, ...)
+SHORTCUTS = {
+    "layers": "model.layers",
+    "heads": "model.heads",
+    "width": "model.width",
+    "attention_only": "model.attention_only",
+    "backbone": "model.backbone",
+    "steps": "train.steps",
+    "batch_size": "train.batch_size",
+    "lr": "train.lr",
+    "sigmas": "eval.sigmas",
+    "lengths": "eval.lengths",
+    "linear_sigmas": ("eval.linear_sigmas_x", "eval.linear_sigmas_ab"),
+    "eval_batches": "eval.batches",
+    "linear_protocol": "eval.linear_protocol",
+}

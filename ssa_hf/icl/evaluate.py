@@ -1,13 +1,5 @@
-"""Evaluation under distribution shift: metrics, the trivial baselines, the grids and the single-large-value probe.
-
-Definitions (REFERENCE §3; positions are 1-based, position i is the prediction of y_i at x_i):
-- quantifiers: a prediction is sign(output) (output > 0: +1, else -1). *Sequence error*: the share of prompts
-  with any wrong prediction at positions >= `from_position` (4). *Individual error*: the share of wrong
-  predictions over all positions. *Error per position*: the share of prompts wrong at each position.
-- linear: *MSE*: the mean squared error of the predictions at positions >= `from_position`.
-- baselines: quantifiers: always predict the majority label of each position (taken from the labels of the cell's
-  own test prompts, so it is the best constant-per-position answer there); linear: always predict 0, and least
-  squares on the points seen so far (exact for noise-free lines from 3 points on).
+"""Evaluation under distribution shift: the grids of each task kind and the single-large-value probe (the metrics
+and baselines are in `ssa_hf.icl.metrics`, which task uses which in `ssa_hf.icl.registry`).
 
 Every cell (task, test set, sigma, length) draws its prompts from a generator seeded by `EvalConfig.seed` and the
 cell, so every model and baseline is scored on the same prompts.
@@ -16,80 +8,26 @@ cell, so every model and baseline is scored on the same prompts.
 from __future__ import annotations
 
 import zlib
-from typing import Callable
 
 import torch
 from torch import Tensor
 
 from .config import EvalConfig
-from .tasks import PROBE_VALUES, Prompts, is_quantifier, probe_prompts, sample, sample_linear_shared_inputs
-
-Predictor = Callable[[Prompts], Tensor]  # prompts -> outputs at the input positions [N, L]
-
-
-# --------------------------------------------------------------------------------------------------
-# Metrics and baselines
-# --------------------------------------------------------------------------------------------------
-
-
-def quantifier_predictions(outputs: Tensor) -> Tensor:
-    return torch.where(outputs > 0, 1.0, -1.0)
-
-
-def quantifier_metrics(outputs: Tensor, labels: Tensor, from_position: int = 4) -> dict:
-    """Sequence error (any wrong prediction at positions >= from_position), individual error, error per position."""
-    if outputs.shape != labels.shape or outputs.dim() != 2:
-        raise ValueError(f"outputs and labels must both be [prompts, points], got {tuple(outputs.shape)} and {tuple(labels.shape)}")
-    wrong = quantifier_predictions(outputs) != labels
-    counted = wrong[:, from_position - 1 :]
-    return {
-        "sequence_error": float(counted.any(-1).float().mean()) if counted.shape[1] else 0.0,
-        "individual_error": float(wrong.float().mean()),
-        "per_position": wrong.float().mean(0).tolist(),
-    }
-
-
-def linear_metrics(outputs: Tensor, labels: Tensor, from_position: int = 4) -> dict:
-    """MSE over positions >= from_position, and the squared error per position."""
-    if outputs.shape != labels.shape or outputs.dim() != 2:
-        raise ValueError(f"outputs and labels must both be [prompts, points], got {tuple(outputs.shape)} and {tuple(labels.shape)}")
-    squared = (outputs.double() - labels.double()) ** 2
-    counted = squared[:, from_position - 1 :]
-    return {"mse": float(counted.mean()) if counted.numel() else 0.0, "per_position": squared.mean(0).tolist()}
-
-
-def majority_baseline(prompts: Prompts) -> Tensor:
-    """Always answer the label that is most frequent at each position among these prompts (ties: -1)."""
-    majority = torch.where(prompts.ys.mean(0) > 0, 1.0, -1.0)
-    return majority.expand_as(prompts.ys).clone()
-
-
-def zero_baseline(prompts: Prompts) -> Tensor:
-    return torch.zeros_like(prompts.ys)
-
-
-def least_squares_baseline(prompts: Prompts) -> Tensor:
-    """Predict y_i by the least-squares line through (x_1, y_1)..(x_{i-1}, y_{i-1}) (0 at i = 1, the mean at i = 2)."""
-    xs, ys = prompts.xs.double(), prompts.ys.double()
-    out = torch.zeros_like(xs)
-    for i in range(1, xs.shape[1]):
-        if i == 1:
-            out[:, 1] = ys[:, 0]
-            continue
-        design = torch.stack([xs[:, :i], torch.ones_like(xs[:, :i])], dim=-1)  # [N, i, 2]
-        coef = torch.linalg.lstsq(design, ys[:, :i, None]).solution  # [N, 2, 1]
-        out[:, i] = coef[:, 0, 0] * xs[:, i] + coef[:, 1, 0]
-    return out.to(prompts.ys.dtype)
-
-
-BASELINES = {
-    "quantifier": {"majority": majority_baseline},
-    "linear": {"zero": zero_baseline, "least_squares": least_squares_baseline},
-}
+from .metrics import (  # noqa: F401  (re-exported: the metrics and baselines were defined here)
+    Predictor,
+    least_squares_baseline,
+    linear_metrics,
+    majority_baseline,
+    quantifier_metrics,
+    quantifier_predictions,
+    zero_baseline,
+)
+from .registry import QUANTIFIER, get_task
+from .tasks import PROBE_VALUES, Prompts, probe_prompts, sample, sample_linear_shared_inputs
 
 
 def baselines_for(task: str) -> dict[str, Predictor]:
-    return BASELINES["quantifier" if is_quantifier(task) else "linear"]
+    return get_task(task).baselines
 
 
 # --------------------------------------------------------------------------------------------------
@@ -108,7 +46,8 @@ def linear_paper_prompts(sigma_x: float, sigma_ab: float, cfg: EvalConfig) -> Pr
 
 def cell_prompts(task: str, balanced: bool, sigma: float, points: int, cfg: EvalConfig, sigma_ab: float = 1.0) -> Prompts:
     """All test prompts of one cell (`cfg.batches` x `cfg.batch_size`), the same for every model."""
-    key = f"icl-eval|{cfg.seed}|{task}|{'balanced' if balanced else 'standard'}|{float(sigma)}|{int(points)}|{float(sigma_ab)}"
+    name = get_task(task).seed_name  # (a renamed task keeps its test prompts)
+    key = f"icl-eval|{cfg.seed}|{name}|{'balanced' if balanced else 'standard'}|{float(sigma)}|{int(points)}|{float(sigma_ab)}"
     generator = torch.Generator().manual_seed(zlib.crc32(key.encode()))
     return sample(task, cfg.batches * cfg.batch_size, int(points), float(sigma), generator, balanced, float(sigma_ab))
 
@@ -134,15 +73,12 @@ def model_predictor(model, device: torch.device | str, chunk: int = 64) -> Predi
 
 
 def _score(task: str, predict: Predictor, prompts: Prompts, cfg: EvalConfig) -> dict:
-    outputs = predict(prompts)
-    if is_quantifier(task):
-        return quantifier_metrics(outputs, prompts.ys, cfg.from_position)
-    return linear_metrics(outputs, prompts.ys, cfg.from_position)
+    return get_task(task).metrics(predict(prompts), prompts.ys, cfg.from_position)
 
 
 def evaluate_task(task: str, predict: Predictor, cfg: EvalConfig, length: int) -> dict:
-    """Every grid of `task` for one predictor (a model or a baseline)."""
-    if not is_quantifier(task):
+    """Every grid of `task` for one predictor (a model or a baseline): the layout of the task's kind."""
+    if get_task(task).kind != QUANTIFIER:
         paper = cfg.linear_protocol == "paper"
         length = cfg.linear_points if paper else length
         mse, per_position = [], []

@@ -1,86 +1,39 @@
 """Read-in / backbone / read-out: the model of the ICL experiments around ssa-hf's decoder.
 
-The backbone is `SSALlamaModel` (a Llama decoder, RoPE positions) fed through `inputs_embeds`; its
-`attention_scoring` is any entry of the scoring registry, so the softmax baseline and SSA are the same model with
-one field changed. `attention_only=True` drops every MLP block (the paper's attention-only variant).
+The backbone (`backbone` in `ICLModelConfig`, config.py) is `SSALlamaModel` ("llama": RoPE, RMSNorm, SwiGLU; the
+read-in also gets a flag that marks label slots, which relative positions alone cannot tell) or `SSAGPT2Model`
+("gpt2": the paper's GPT-2 with learned absolute positions, LayerNorm and a GELU MLP, and no slot flag), fed
+through `inputs_embeds`; its `attention_scoring` is any entry of the scoring registry, so the softmax baseline and
+SSA are the same model with one field changed. `attention_only=True` drops every MLP block (the paper's
+attention-only variant; llama only).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 from torch import Tensor, nn
 
-from ..models.configuration_ssa_llama import SSALlamaConfig
+from ..models.modeling_ssa_gpt2 import SSAGPT2Model
 from ..models.modeling_ssa_llama import SSALlamaModel
-from ..models.scoring import ALL_SCORING_FUNCTIONS
+from .config import ICLModelConfig  # noqa: F401  (re-exported: it was defined here)
 
 # read-in features per token: [value, is-label-slot] (see `Prompts.features`)
 FEATURES = 2
-
-
-@dataclass
-class ICLModelConfig:
-    """Size and attention of the ICL model. `scoring` names an entry of `ssa_hf.ALL_SCORING_FUNCTIONS`."""
-
-    layers: int = 2
-    heads: int = 4
-    width: int = 64
-    mlp_ratio: int = 4
-    attention_only: bool = False
-    scoring: str = "ssa"
-    # every other scoring field of SSALlamaConfig (ssa_b_init, ssa_n_init, ssa_granularity, ...), passed through
-    scoring_options: dict | None = None
-    max_points: int = 256
-
-    def validate(self) -> None:
-        if self.scoring not in ALL_SCORING_FUNCTIONS:
-            raise ValueError(f"model.scoring: unknown scoring function {self.scoring!r}; choose from {list(ALL_SCORING_FUNCTIONS)}")
-        for name in ("layers", "heads", "width", "mlp_ratio", "max_points"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
-        if self.width % self.heads:
-            raise ValueError(f"model.width ({self.width}) must be a multiple of model.heads ({self.heads})")
-        if (self.width // self.heads) % 2:
-            raise ValueError(f"model.width / model.heads must be even for rotary positions, got {self.width // self.heads}")
-
-    def backbone_config(self) -> SSALlamaConfig:
-        self.validate()
-        options = dict(self.scoring_options or {})
-        if "attention_scoring" in options:
-            raise ValueError("model.scoring_options: set the scoring function with model.scoring, not attention_scoring")
-        return SSALlamaConfig(
-            vocab_size=1,  # unused: inputs arrive through inputs_embeds
-            hidden_size=self.width,
-            intermediate_size=self.mlp_ratio * self.width,
-            num_hidden_layers=self.layers,
-            num_attention_heads=self.heads,
-            num_key_value_heads=self.heads,
-            max_position_embeddings=2 * self.max_points,
-            attention_dropout=0.0,
-            attention_only=self.attention_only,
-            attention_scoring=self.scoring,
-            pad_token_id=None,
-            bos_token_id=None,
-            eos_token_id=None,
-            tie_word_embeddings=False,
-            **options,
-        )
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+# backbone -> (model class, read-in features it uses: GPT-2's absolute positions tell the slots apart alone)
+BACKBONES = {"llama": (SSALlamaModel, FEATURES), "gpt2": (SSAGPT2Model, 1)}
 
 
 class ICLModel(nn.Module):
-    """features [B, T, 2] -> read-in -> SSALlamaModel (causal) -> read-out -> one scalar per token [B, T]."""
+    """features [B, T, 2] -> read-in -> backbone (causal) -> read-out -> one scalar per token [B, T]. The GPT-2
+    backbone reads the value only (features[..., :1])."""
 
     def __init__(self, config: ICLModelConfig, attn_implementation: str = "ssa_auto"):
         super().__init__()
         self.config = config
         backbone_config = config.backbone_config()
         backbone_config._attn_implementation = None
-        self.read_in = nn.Linear(FEATURES, config.width)
-        self.backbone = SSALlamaModel._from_config(backbone_config, attn_implementation=attn_implementation)
+        backbone_class, self.read_in_features = BACKBONES[config.backbone]
+        self.read_in = nn.Linear(self.read_in_features, config.width)
+        self.backbone = backbone_class._from_config(backbone_config, attn_implementation=attn_implementation)
         self.read_out = nn.Linear(config.width, 1)
 
     def set_attn_implementation(self, name: str) -> None:
@@ -89,7 +42,7 @@ class ICLModel(nn.Module):
     def forward(self, features: Tensor, output_attentions: bool = False):
         if features.dim() != 3 or features.shape[-1] != FEATURES:
             raise ValueError(f"features must have shape [batch, tokens, {FEATURES}], got {tuple(features.shape)}")
-        embeds = self.read_in(features)
+        embeds = self.read_in(features[..., : self.read_in_features])
         out = self.backbone(inputs_embeds=embeds, output_attentions=output_attentions, use_cache=False)
         values = self.read_out(out.last_hidden_state).squeeze(-1)
         if output_attentions:

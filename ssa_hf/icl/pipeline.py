@@ -22,9 +22,9 @@ import torch
 from ..reporting import OutputDir, atomic_write_json
 from .config import EvalConfig, ICLConfig
 from .evaluate import baselines_for, evaluate_task, in_distribution_check, model_predictor, probe
+from .registry import get_task
 from .stats import mean_ci, paired_comparisons
-from .tasks import is_quantifier
-from .train import RunSpec, find_checkpoint, resolve_device, resume_problem, train_run
+from .train import RunSpec, find_checkpoint, resolve_device, resume_problem, train_run, upgrade_saved_spec
 
 logger = logging.getLogger("ssa_hf.icl")
 
@@ -57,9 +57,20 @@ def run_specs(config: ICLConfig) -> list[RunSpec]:
     return [
         RunSpec(task, scoring, seed, config.model, config.train)
         for task in config.tasks
-        for scoring in config.scoring
+        for scoring in config.attention_scoring
         for seed in config.seeds
     ]
+
+
+def run_folder(runs_dir: Path, spec: RunSpec) -> Path:
+    """`runs_dir/<task>-<scoring>-seed<k>`; a run trained before its task was renamed keeps its old folder."""
+    folder = runs_dir / spec.name
+    if not folder.exists():
+        for alias in get_task(spec.task).aliases:
+            legacy = runs_dir / f"{alias}-{spec.attention_scoring}-seed{spec.seed}"
+            if legacy.is_dir():
+                return legacy
+    return folder
 
 
 def _eval_key(spec: RunSpec, eval_cfg: EvalConfig, length: int) -> dict:
@@ -82,6 +93,8 @@ def run_one(spec: RunSpec, eval_cfg: EvalConfig, length: int, run_dir: str, devi
     cached = run_dir / RESULT
     if cached.is_file():
         previous = json.loads(cached.read_text())
+        if isinstance(previous.get("key"), dict) and "spec" in previous["key"]:
+            previous["key"]["spec"] = upgrade_saved_spec(previous["key"]["spec"])
         if previous.get("key") == key:
             previous["reused"] = True
             return previous
@@ -95,12 +108,13 @@ def run_one(spec: RunSpec, eval_cfg: EvalConfig, length: int, run_dir: str, devi
         return model_predictor(model, device, chunk)(prompts)
 
     evaluation = evaluate_task(spec.task, predict, eval_cfg, length)
-    check = in_distribution_check(evaluation, eval_cfg) if is_quantifier(spec.task) else None
-    probe_result = probe(model, spec.task, device) if eval_cfg.probe and is_quantifier(spec.task) else None
+    quantifier = get_task(spec.task).is_quantifier
+    check = in_distribution_check(evaluation, eval_cfg) if quantifier else None
+    probe_result = probe(model, spec.task, device) if eval_cfg.probe and quantifier else None
     result = {
         "name": spec.name,
         "task": spec.task,
-        "scoring": spec.scoring,
+        "scoring": spec.attention_scoring,
         "seed": spec.seed,
         "key": key,
         "config": spec.to_dict(),
@@ -139,10 +153,10 @@ def check_existing_runs(config: ICLConfig, runs_dir: Path) -> None:
     """Refuse, before anything is trained, run folders that `config` can neither resume nor reuse."""
     problems = []
     for spec in run_specs(config):
-        checkpoint = find_checkpoint(runs_dir / spec.name)
+        folder = run_folder(runs_dir, spec)
+        checkpoint = find_checkpoint(folder)
         if checkpoint is not None:
-            problem = resume_problem(checkpoint, spec) or resume_problem(
-                checkpoint, spec, _steps_in_result(runs_dir / spec.name))
+            problem = resume_problem(checkpoint, spec) or resume_problem(checkpoint, spec, _steps_in_result(folder))
             if problem:
                 problems.append(f"  {spec.name}: {problem}")
     if problems:
@@ -156,7 +170,7 @@ def _run_all(config: ICLConfig, out: OutputDir, progress: bool) -> list[dict]:
     specs = run_specs(config)
     check_existing_runs(config, out.path / "runs")
     args = [
-        (spec, config.eval, config.eval_length, str(out.path / "runs" / spec.name), config.device, config.threads)
+        (spec, config.eval, config.eval_length, str(run_folder(out.path / "runs", spec)), config.device, config.threads)
         for spec in specs
     ]
     if config.workers == 1 or len(specs) == 1:
@@ -196,7 +210,7 @@ def _aggregate_positions(cells_per_seed: list[list[dict]], bounds) -> list[list[
 
 def aggregate(task: str, evaluations: list[dict]) -> dict:
     """Mean and 95% interval across seeds of every figure of `task` (evaluations: one per seed, or one baseline)."""
-    if not is_quantifier(task):
+    if not get_task(task).is_quantifier:
         grids = [e["grid"] for e in evaluations]
         rows, cols = len(grids[0]["sigmas_x"]), len(grids[0]["sigmas_ab"])
         return {
@@ -248,13 +262,13 @@ def summarise(config: ICLConfig, runs: list[dict]) -> tuple[dict, dict]:
             for name, fn in baselines_for(task).items()
         }
         summary[task] = {}
-        for scoring in config.scoring:
+        for scoring in config.attention_scoring:
             task_runs = [r for r in runs if r["task"] == task and r["scoring"] == scoring]
             entry = aggregate(task, [r["eval"] for r in task_runs])
             entry["seeds"] = [r["seed"] for r in task_runs]
             entry["train_seconds"] = mean_ci([r["train"]["train_seconds"] for r in task_runs])
             entry["seconds_per_step"] = mean_ci([r["train"]["seconds_per_step"] or 0.0 for r in task_runs])
-            if is_quantifier(task):
+            if get_task(task).is_quantifier:
                 entry["passed"] = sum(bool(r["check"]["passed"]) for r in task_runs)
                 if all(r.get("probe") for r in task_runs):
                     entry["probe"] = _aggregate_probe([r["probe"] for r in task_runs])

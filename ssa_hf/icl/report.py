@@ -6,10 +6,15 @@ from pathlib import Path
 
 from ..reporting import OutputDir, markdown_table, pyplot
 from .stats import smallest_p
-from .tasks import is_quantifier
+from .registry import get_task
 
 SETS = {"standard": "standard test set (x ~ N(0, sigma))", "balanced": "balanced test set (our addition)"}
 METRICS = {"sequence_error": "sequence error", "individual_error": "individual error"}
+
+
+def _scorings(config: dict) -> list[str]:
+    """The scoring functions of a results.json config (written as `scoring` before it was `attention_scoring`)."""
+    return config["attention_scoring"] if "attention_scoring" in config else config["scoring"]
 
 
 def _pct(ci: dict) -> str:
@@ -30,7 +35,7 @@ def _reference(scorings: list[str]) -> str:
 
 def _sweep_table(results, task: str, sweep: str, test_set: str, metric: str) -> str | None:
     summary, baselines = results.summary[task], results.baselines[task]
-    scorings = [s for s in results.config["scoring"] if s in summary]
+    scorings = [s for s in _scorings(results.config) if s in summary]
     if test_set not in summary[scorings[0]][sweep]:
         return None
     label = "sigma" if sweep == "sigma_sweep" else "points"
@@ -47,7 +52,7 @@ def _sweep_table(results, task: str, sweep: str, test_set: str, metric: str) -> 
 def headline_table(results, task: str, sweep: str) -> str:
     """Sequence error on both test sets side by side (scoring functions, mean [t interval] over seeds; baseline)."""
     summary, baselines = results.summary[task], results.baselines[task]
-    scorings = [s for s in results.config["scoring"] if s in summary]
+    scorings = [s for s in _scorings(results.config) if s in summary]
     sets = [t for t in ("standard", "balanced") if t in summary[scorings[0]][sweep]]
     headers = ["sigma" if sweep == "sigma_sweep" else "points"]
     for test_set in sets:
@@ -173,8 +178,8 @@ def verdict_lines(paired: dict, alpha: float = 0.05) -> list[str]:
             text = f"- `{task}`, {a} vs {b} ({len(entry['seeds'])} seeds): "
             if "endpoint" in entry:
                 e = entry["endpoint"]
-                text += (f"primary-endpoint statistic {_diff(e, 'sequence_error' if task != 'linear' else 'mse')}"
-                         f"{'' if task == 'linear' else ' points'}, Wilcoxon p = {_p(e['wilcoxon_p'])}. ")
+                text += (f"primary-endpoint statistic {_diff(e, 'sequence_error' if get_task(task).is_quantifier else 'mse')}"
+                         f"{' points' if get_task(task).is_quantifier else ''}, Wilcoxon p = {_p(e['wilcoxon_p'])}. ")
             if not nominal:
                 text += f"No cell differs at p < {alpha:g}."
             else:
@@ -208,14 +213,14 @@ def _runs_table(results, task: str) -> str:
                     "yes" if c["passed"] else "**no**"]
         rows.append(row)
     headers = ["run", "steps", "final loss", "ms/step", "train s"]
-    if is_quantifier(task):
+    if get_task(task).is_quantifier:
         headers += ["individual error (sigma 1)", "balanced sequence error (sigma 1)", "learned the rule"]
     return markdown_table(headers, rows)
 
 
 def _probe_table(results, task: str) -> str | None:
     summary = results.summary[task]
-    scorings = [s for s in results.config["scoring"] if "probe" in summary.get(s, {})]
+    scorings = [s for s in _scorings(results.config) if "probe" in summary.get(s, {})]
     if not scorings:
         return None
     first = summary[scorings[0]]["probe"]
@@ -233,7 +238,7 @@ def _probe_table(results, task: str) -> str | None:
 
 def _linear_tables(results, task: str) -> list[str]:
     summary, baselines = results.summary[task], results.baselines[task]
-    scorings = [s for s in results.config["scoring"] if s in summary]
+    scorings = [s for s in _scorings(results.config) if s in summary]
     parts = []
     grid = summary[scorings[0]]["grid"]
     headers = ["sigma_x \\ sigma_ab"] + [f"{v:g}" for v in grid["sigmas_ab"]]
@@ -264,7 +269,7 @@ def report_markdown(results) -> str:
     model, train, ev = config["model"], config["train"], config["eval"]
     cur = train["curriculum"]
     lines = [
-        f"# In-context learning under distribution shift: {', '.join(config['scoring'])} (preset `{config['name']}`)",
+        f"# In-context learning under distribution shift: {', '.join(_scorings(config))} (preset `{config['name']}`)",
         "",
         f"Model: {model['layers']} layers, {model['heads']} heads, width {model['width']}"
         f"{', attention only' if model['attention_only'] else ''} (SSALlama backbone, RoPE). Training: {train['steps']} steps, "
@@ -294,13 +299,13 @@ def report_markdown(results) -> str:
                   "task is stated after each. Lower error is better.", ""] + verdicts
     for task in config["tasks"]:
         lines += ["", f"## Task `{task}`", "", "### Runs", "", _runs_table(results, task)]
-        if is_quantifier(task):
+        if get_task(task).is_quantifier:
             failed = [r["name"] for r in results.runs if r["task"] == task and r.get("check") and not r["check"]["passed"]]
             ev_ = results.config["eval"]
             lines += ["", (f"In-distribution check (individual error <= {100 * ev_['max_individual_error']:g}% on the standard "
                            f"set, balanced sequence error <= {100 * ev_['max_balanced_sequence_error']:g}%, at sigma 1): "
                            + ("every run passed." if not failed else f"**failed: {', '.join(failed)}**"))]
-            first = results.summary[task][config["scoring"][0]]
+            first = results.summary[task][_scorings(config)[0]]
             lines += ["", f"### Summary: sequence error (any wrong prediction from position {ev['from_position']} on), "
                       f"mean [95% interval] over seeds", "",
                       f"By sigma of x at {first['sigma_sweep']['length']} points:", "",
@@ -309,7 +314,7 @@ def report_markdown(results) -> str:
                       headline_table(results, task, "length_sweep")]
             lines += _paired_section(results, task, alpha)
             for sweep, title in (("sigma_sweep", "Error by sigma"), ("length_sweep", "Error by prompt length")):
-                first = results.summary[task][config["scoring"][0]][sweep]
+                first = results.summary[task][_scorings(config)[0]][sweep]
                 where = f"at {first['length']} points" if sweep == "sigma_sweep" else f"at sigma {first['sigma']:g}"
                 for test_set in ("standard", "balanced"):
                     for metric in ("sequence_error", "individual_error"):
@@ -322,7 +327,7 @@ def report_markdown(results) -> str:
                           "Share of seeds whose prediction is correct at each position, and the attention weight the last "
                           "query (x4 = 1000) puts on itself, mean over heads, mean [95% interval] over seeds.", "", table]
         else:
-            grid = results.summary[task][config["scoring"][0]]["grid"]
+            grid = results.summary[task][_scorings(config)[0]]["grid"]
             protocol = ("the authors' protocol: " + f"{ev['linear_functions']} functions applied to the same "
                         f"{ev['batch_size']} x-sequences per cell" if ev.get("linear_protocol") == "paper"
                         else "one function per prompt")
@@ -340,7 +345,7 @@ def _paired_section(results, task: str, alpha: float) -> list[str]:
     lines = []
     for entry in comparisons:
         lines += ["", f"### Paired by seed: {entry['a']} - {entry['b']} (seeds {entry['seeds']})", "",
-                  ("MSE difference" if task == "linear" else "Sequence-error difference in percentage points")
+                  ("Sequence-error difference in percentage points" if get_task(task).is_quantifier else "MSE difference")
                   + "; negative: " + entry["a"] + " lower (better).", "", paired_table(entry, alpha)]
     return lines
 
@@ -386,7 +391,7 @@ def _band(ax, xs, cis, label, color, seeds=None):
 
 def _sweep_plot(results, task, sweep, plt):
     summary, baselines = results.summary[task], results.baselines[task]
-    scorings = [s for s in results.config["scoring"] if s in summary]
+    scorings = [s for s in _scorings(results.config) if s in summary]
     sets = [t for t in ("standard", "balanced") if t in summary[scorings[0]][sweep]]
     fig, axes = plt.subplots(1, len(sets), figsize=(5.2 * len(sets), 3.8), squeeze=False)
     xs = summary[scorings[0]][sweep]["values"]
@@ -410,7 +415,7 @@ def _sweep_plot(results, task, sweep, plt):
 
 def _position_plot(results, task, plt):
     summary, baselines = results.summary[task], results.baselines[task]
-    scorings = [s for s in results.config["scoring"] if s in summary]
+    scorings = [s for s in _scorings(results.config) if s in summary]
     sweep = summary[scorings[0]]["sigma_sweep"]
     sigmas = sweep["values"]
     panels = [("standard", 0)]
@@ -468,7 +473,7 @@ def _heatmap_plot(results, task, plt):
     import math
 
     summary, baselines = results.summary[task], results.baselines[task]
-    scorings = [s for s in results.config["scoring"] if s in summary]
+    scorings = [s for s in _scorings(results.config) if s in summary]
     panels = [(s, summary[s]["grid"]["mse"]) for s in scorings] + [(f"baseline: {b}", v["grid"]["mse"]) for b, v in baselines.items()]
     grid = summary[scorings[0]]["grid"]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
@@ -491,7 +496,7 @@ def write_plots(results, out: OutputDir) -> list[Path]:
     plt = pyplot()
     written = []
     for task in results.config["tasks"]:
-        if is_quantifier(task):
+        if get_task(task).is_quantifier:
             figures = [
                 (f"{task}_error_vs_sigma.png", _sweep_plot(results, task, "sigma_sweep", plt)),
                 (f"{task}_error_vs_length.png", _sweep_plot(results, task, "length_sweep", plt)),

@@ -302,26 +302,26 @@ def paired_comparisons(config, runs: list[dict]) -> dict:
 
     `config` is an ICLConfig; `runs` the runs' results (each with task, scoring, seed, eval).
     """
-    from .tasks import is_quantifier
+    from .registry import get_task
 
     stats = config.stats
     options = {"level": stats.level, "resamples": stats.bootstrap_resamples, "seed": stats.bootstrap_seed}
     out: dict = {"primary": None, "tasks": {}, "level": stats.level}
     for task in config.tasks:
         comparisons = []
-        for a, b in stats.pairs(config.scoring):
+        for a, b in stats.pairs(config.attention_scoring):
             seeds, evals_a, evals_b = _pair(runs, task, a, b)
             if not seeds:
                 continue
-            cells_a = [_cells(e, is_quantifier(task)) for e in evals_a]
-            cells_b = [_cells(e, is_quantifier(task)) for e in evals_b]
+            cells_a = [_cells(e, get_task(task).is_quantifier) for e in evals_a]
+            cells_b = [_cells(e, get_task(task).is_quantifier) for e in evals_b]
             cells = []
             for i, (where, _) in enumerate(cells_a[0]):
                 result = compare_paired([c[i][1] for c in cells_a], [c[i][1] for c in cells_b], **options)
                 cells.append({**where, **result})
             entry = {"a": a, "b": b, "seeds": seeds, "cells": cells}
             primary = stats.primary
-            if primary is not None and primary.task == task and stats.primary_applies(config.scoring, config.tasks) is None:
+            if primary is not None and primary.task == task and stats.primary_applies(config.attention_scoring, config.tasks) is None:
                 entry["endpoint"] = compare_paired([endpoint_value(e, primary) for e in evals_a],
                                                    [endpoint_value(e, primary) for e in evals_b], **options)
             comparisons.append(entry)
@@ -330,7 +330,7 @@ def paired_comparisons(config, runs: list[dict]) -> dict:
         for cell, adjusted in zip(family, holm([c["wilcoxon_p"] for c in family])):
             cell["holm_p"] = adjusted
         out["tasks"][task] = comparisons
-    reason = stats.primary_applies(config.scoring, config.tasks)
+    reason = stats.primary_applies(config.attention_scoring, config.tasks)
     out["primary"] = _primary(stats.primary, runs, options) if reason is None else {"skipped": reason}
     return out
 

@@ -5,10 +5,12 @@ predicts y_i at the position of x_i (it has seen x_1..x_i and y_1..y_{i-1}).
 
 - `every`: y_i = +1 if x_j > 0 for every j <= i, else -1.
 - `some`:  y_i = +1 if x_j > 0 for some j <= i, else -1.
-- `linear`: y_i = a * x_i + b, one (a, b) per prompt.
+- `linear_regression` (old name `linear`): y_i = a * x_i + b, one (a, b) per prompt.
+
+The task table (`ssa_hf.icl.registry.TASKS`) says which sampler, labels, loss, metrics and baselines each task has.
 
 Samplers draw from a `torch.Generator`, so a seed fixes every prompt. Two test distributions:
-- the standard one (the paper's): x ~ N(0, sigma) (and a, b ~ N(0, sigma_ab) for `linear`);
+- the standard one (the paper's): x ~ N(0, sigma) (and a, b ~ N(0, sigma_ab) for `linear_regression`);
 - `balanced` (quantifiers, our addition to the paper's protocol): the first counterexample (the first x <= 0 for
   `every`, the first x > 0 for `some`) sits at a uniformly random position in 1..L, or there is none (L + 1
   equally likely cases); inputs keep magnitudes |N(0, sigma)|. Under N(0, 1) a counterexample almost always
@@ -22,20 +24,18 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .config import Curriculum  # noqa: F401  (re-exported: it was defined here)
+
 QUANTIFIER_TASKS = ("every", "some")
-TASKS = QUANTIFIER_TASKS + ("linear",)
 # the paper's "single large value" probe
 PROBE_VALUES = (1.0, -1.0, -2.0, 1000.0)
 
 
 def check_task(task: str) -> str:
-    if task not in TASKS:
-        raise ValueError(f"unknown ICL task {task!r}; choose from {list(TASKS)}")
-    return task
+    """The canonical name of `task` (old names accepted), or a ValueError listing the tasks."""
+    from .registry import get_task
 
-
-def is_quantifier(task: str) -> bool:
-    return check_task(task) in QUANTIFIER_TASKS
+    return get_task(task).name
 
 
 def quantifier_labels(xs: Tensor, task: str) -> Tensor:
@@ -52,7 +52,7 @@ def quantifier_labels(xs: Tensor, task: str) -> Tensor:
 
 @dataclass
 class Prompts:
-    """A batch of prompts: inputs xs [B, L], labels ys [B, L] (and the function of `linear` prompts)."""
+    """A batch of prompts: inputs xs [B, L], labels ys [B, L] (and the line of `linear_regression` prompts)."""
 
     task: str
     xs: Tensor
@@ -100,17 +100,31 @@ def sample_standard(
     generator: torch.Generator | None = None,
     sigma_ab: float = 1.0,
 ) -> Prompts:
-    """The paper's distribution: x ~ N(0, sigma); for `linear`, a, b ~ N(0, sigma_ab) per prompt."""
-    check_task(task)
+    """The paper's distribution of `task` (its record's sampler): x ~ N(0, sigma); for `linear_regression`,
+    a, b ~ N(0, sigma_ab) per prompt."""
+    from .registry import get_task
+
+    return get_task(task).sample(batch, points, sigma, generator, sigma_ab)
+
+
+def sample_quantifier(task: str, batch: int, points: int, sigma: float = 1.0, generator: torch.Generator | None = None,
+                      sigma_ab: float = 1.0) -> Prompts:
+    """Quantifier prompts, x ~ N(0, sigma) (`sigma_ab` is unused: the sampler signature of every task)."""
     _check_sizes(batch, points, sigma)
     xs = _normal((batch, points), sigma, generator)
-    if task == "linear":
-        if not sigma_ab > 0:
-            raise ValueError(f"sigma_ab must be > 0, got {sigma_ab}")
-        a = _normal((batch, 1), sigma_ab, generator)
-        b = _normal((batch, 1), sigma_ab, generator)
-        return Prompts(task, xs, a * xs + b, a.squeeze(-1), b.squeeze(-1))
     return Prompts(task, xs, quantifier_labels(xs, task))
+
+
+def sample_linear(batch: int, points: int, sigma: float = 1.0, generator: torch.Generator | None = None,
+                  sigma_ab: float = 1.0) -> Prompts:
+    """Prompts of lines a x + b: x ~ N(0, sigma), a, b ~ N(0, sigma_ab) per prompt."""
+    _check_sizes(batch, points, sigma)
+    xs = _normal((batch, points), sigma, generator)
+    if not sigma_ab > 0:
+        raise ValueError(f"sigma_ab must be > 0, got {sigma_ab}")
+    a = _normal((batch, 1), sigma_ab, generator)
+    b = _normal((batch, 1), sigma_ab, generator)
+    return Prompts("linear_regression", xs, a * xs + b, a.squeeze(-1), b.squeeze(-1))
 
 
 def sample_linear_shared_inputs(
@@ -126,7 +140,7 @@ def sample_linear_shared_inputs(
     b = _normal((functions, 1), sigma_ab, generator)
     xs_all = xs.repeat(functions, 1)
     a_all, b_all = a.repeat_interleave(inputs, 0), b.repeat_interleave(inputs, 0)
-    return Prompts("linear", xs_all, a_all * xs_all + b_all, a_all.squeeze(-1), b_all.squeeze(-1))
+    return Prompts("linear_regression", xs_all, a_all * xs_all + b_all, a_all.squeeze(-1), b_all.squeeze(-1))
 
 
 def sample_balanced(
@@ -171,23 +185,3 @@ def probe_prompts(task: str, values=PROBE_VALUES) -> Prompts:
         raise ValueError(f"the single-large-value probe is defined for {QUANTIFIER_TASKS}, not {task!r}")
     xs = torch.tensor([list(values)], dtype=torch.float32)
     return Prompts(task, xs, quantifier_labels(xs, task))
-
-
-@dataclass
-class Curriculum:
-    """Number of points per prompt during training: `start`, + `increment` every `interval` steps, up to `end`."""
-
-    start: int = 11
-    end: int = 41
-    increment: int = 2
-    interval: int = 2000
-
-    def validate(self) -> None:
-        if not 1 <= self.start <= self.end:
-            raise ValueError(f"curriculum: need 1 <= start <= end, got start={self.start}, end={self.end}")
-        if self.increment < 0 or self.interval < 1:
-            raise ValueError(f"curriculum: need increment >= 0 and interval >= 1, got {self.increment}, {self.interval}")
-
-    def points(self, step: int) -> int:
-        """Points at training step `step` (0-based)."""
-        return min(self.end, self.start + self.increment * (step // self.interval))

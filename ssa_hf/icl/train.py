@@ -24,15 +24,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from ..reporting import atomic_folder, atomic_write_json, remove_stale_temporaries
 from ..train.checkpoint import verify_checkpoint, write_manifest
 from ..train.lock import RunLock
 from ..train.state import NonFiniteError, capture_state, load_state, non_finite_tensors, read_process_json, write_state
-from .model import ICLModel, ICLModelConfig
-from .tasks import is_quantifier, sample_standard
-from .config import TrainConfig
+from .config import ICLModelConfig, TrainConfig
+from .model import ICLModel
+from .registry import ALIASES, get_task
 
 logger = logging.getLogger("ssa_hf.icl")
 
@@ -47,25 +46,45 @@ _RESUMABLE_CHANGES = {"steps", "checkpoint_every", "log_every"}
 
 @dataclass
 class RunSpec:
-    """One run of an experiment."""
+    """One run of an experiment: a task (its canonical name; old names accepted), a scoring function, a seed."""
 
     task: str
-    scoring: str
+    attention_scoring: str
     seed: int
     model: ICLModelConfig = field(default_factory=ICLModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
+    def __post_init__(self) -> None:
+        self.task = get_task(self.task).name
+
+    @property
+    def scoring(self) -> str:  # (the name before attention_scoring)
+        return self.attention_scoring
+
     @property
     def name(self) -> str:
-        return f"{self.task}-{self.scoring}-seed{self.seed}"
+        return f"{self.task}-{self.attention_scoring}-seed{self.seed}"
 
     def model_config(self) -> ICLModelConfig:
-        return dataclasses.replace(self.model, scoring=self.scoring)
+        return dataclasses.replace(self.model, attention_scoring=self.attention_scoring)
 
     def to_dict(self) -> dict:
         out = asdict(self)
-        out["model"]["scoring"] = self.scoring
+        out["model"]["attention_scoring"] = self.attention_scoring
         return out
+
+
+def upgrade_saved_spec(saved: dict) -> dict:
+    """A run_spec.json written before the renames, in today's names (scoring -> attention_scoring, task linear ->
+    linear_regression), so that old checkpoints resume and old results are reused."""
+    saved = json.loads(json.dumps(saved))
+    if "scoring" in saved and "attention_scoring" not in saved:
+        saved["attention_scoring"] = saved.pop("scoring")
+    model = saved.get("model") or {}
+    if "scoring" in model and "attention_scoring" not in model:
+        model["attention_scoring"] = model.pop("scoring")
+    saved["task"] = ALIASES.get(saved.get("task"), saved.get("task"))
+    return saved
 
 
 @dataclass
@@ -85,14 +104,13 @@ class TrainResult:
 
 
 def loss_fn(task: str, outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Binary cross-entropy on sigmoid(output) vs (y + 1) / 2 (quantifiers), squared error (linear)."""
-    if is_quantifier(task):
-        return F.binary_cross_entropy_with_logits(outputs, (labels + 1) / 2)
-    return F.mse_loss(outputs, labels)
+    """The task's training loss (its record's): binary cross-entropy for quantifiers, squared error for regression."""
+    return get_task(task).loss(outputs, labels)
 
 
 def data_seed(task: str, seed: int) -> int:
-    return zlib.crc32(f"icl-train|{task}|{seed}".encode())
+    """Seed of a run's training prompts (from the task's `seed_name`: a renamed task keeps its prompts)."""
+    return zlib.crc32(f"icl-train|{get_task(task).seed_name}|{seed}".encode())
 
 
 class TrainingState:
@@ -158,9 +176,9 @@ def save_checkpoint(accelerator, run_dir: Path, spec: RunSpec, model, optimizer,
 def resume_problem(checkpoint: Path, spec: RunSpec, steps_done: int | None = None) -> str | None:
     """Why `spec` cannot resume or reuse `checkpoint` (None when it can): another run, other settings, or more
     steps trained than `spec` asks for (its results would be reported as those of a shorter run)."""
-    saved = json.loads((checkpoint / _SPEC).read_text())
+    saved = upgrade_saved_spec(json.loads((checkpoint / _SPEC).read_text()))
     current = json.loads(json.dumps(spec.to_dict()))  # same types as the saved JSON
-    for key in ("task", "scoring", "seed", "model"):
+    for key in ("task", "attention_scoring", "seed", "model"):
         if saved.get(key) != current[key]:
             return f"it belongs to a different run ({key}: {saved.get(key)!r}, now {current[key]!r})"
     for key, value in current["train"].items():
@@ -236,6 +254,7 @@ def _train_locked(spec: RunSpec, run_dir: Path, device: str, progress: bool, sto
         logger.info("%s: resuming from step %d (%s)", spec.name, state.step, checkpoint)
 
     total = spec.train.steps if stop_at is None else min(spec.train.steps, stop_at)
+    task = get_task(spec.task)
     bar = tqdm(total=spec.train.steps, initial=state.step, desc=spec.name, disable=not progress, leave=False,
                mininterval=0.5, dynamic_ncols=True, position=position)
     model.train()
@@ -244,12 +263,11 @@ def _train_locked(spec: RunSpec, run_dir: Path, device: str, progress: bool, sto
     steps_here = 0
     while state.step < total:
         points = spec.train.curriculum.points(state.step)
-        prompts = sample_standard(
-            spec.task, spec.train.batch_size, points, spec.train.sigma, state.generator, spec.train.sigma_ab
-        ).to(accelerator.device)
+        prompts = task.sample(spec.train.batch_size, points, spec.train.sigma, state.generator, spec.train.sigma_ab)
+        prompts = prompts.to(accelerator.device)
         with accelerator.autocast():
             outputs = model(prompts.features())[:, 0::2]
-        loss = loss_fn(spec.task, outputs.float(), prompts.ys)
+        loss = task.loss(outputs.float(), prompts.ys)
         if not torch.isfinite(loss):
             raise NonFiniteError(f"{spec.name}: the training loss is {float(loss)} at step {state.step + 1}; "
                                  "training stopped before the update (lower train.lr)")

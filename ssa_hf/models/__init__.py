@@ -15,10 +15,11 @@ from .attention import (
     supported_backends,
 )
 from .linear import LINEAR_ATTENTIONS
-from .scoring import ALL_SCORING_FUNCTIONS, SCORING_FUNCTIONS, ScoringOptions, ScoringParameters, get_scoring_function
+from .scoring import ALL_SCORING_FUNCTIONS, SCORING_FUNCTIONS, get_scoring_function, register_scoring_function
+from .settings import ScoringParameters, card_fields
 from .registration import register_auto_classes
 
-register_auto_classes()  # AutoConfig / AutoModel* know ssa_llama and ssa_bert as soon as the models are imported
+register_auto_classes()  # AutoConfig / AutoModel* know every family of families.py as soon as the models are imported
 
 __all__ = [
     "ALL_SCORING_FUNCTIONS",
@@ -27,9 +28,10 @@ __all__ = [
     "DEFAULT_IMPLEMENTATION",
     "IMPLEMENTATIONS",
     "SCORING_FUNCTIONS",
-    "ScoringOptions",
     "ScoringParameters",
+    "card_fields",
     "get_scoring_function",
+    "register_scoring_function",
     "register_with_transformers",
     "scored_attention",
     "ssa_attention",

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from .native import load_kernels, native_enabled, set_native_enabled
 
-__all__ = ["blockwise_attention", "set_native_enabled", "native_enabled", "SUPPORTED_SCORING"]
+__all__ = ["blockwise_attention", "run_blockwise", "set_native_enabled", "native_enabled", "SUPPORTED_SCORING"]
 
 SUPPORTED_SCORING = ("ssa", "softmax")
 
@@ -252,37 +252,13 @@ attention_forward.register_autograd(_backward, setup_context=_setup_context)
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _as_head_param(x, H, name, like):
-    if x is None:
-        raise ValueError(f"blockwise_attention: scoring='ssa' needs `{name}`")
+def _as_head_param(x, H, like):
+    """A number or a tensor of one value or [H] values -> [H] in the compute dtype, on the query's device."""
     dtype = _compute_dtype(like.dtype)
     if not torch.is_tensor(x):
         return torch.full((H,), float(x), dtype=dtype, device=like.device)
     x = x.to(device=like.device, dtype=dtype)
-    if x.numel() == 1:
-        return x.reshape(1).expand(H)
-    if x.numel() != H:
-        raise ValueError(f"blockwise_attention: `{name}` must have one value per head ({H}), got shape {tuple(x.shape)}")
-    return x.reshape(H)
-
-
-def _as_mask(attn_mask, B, H, Lq, Lk, device):
-    """bool mask broadcastable to [B, H, Lq, Lk] -> 4-D [B|1, H|1, Lq|1, Lk|1] with contiguous rows."""
-    if attn_mask.dtype != torch.bool:
-        raise ValueError(
-            "blockwise_attention: attn_mask must be a bool tensor (True = attend); additive float masks are not "
-            "supported because SSA is not shift invariant (masked keys must get weight exactly 0)")
-    m = attn_mask.to(device)
-    if m.dim() > 4:
-        raise ValueError(f"blockwise_attention: attn_mask must have at most 4 dims, got {tuple(attn_mask.shape)}")
-    m = m.reshape((1,) * (4 - m.dim()) + tuple(m.shape))
-    for size, full in zip(m.shape, (B, H, Lq, Lk)):
-        if size not in (1, full):
-            raise ValueError(f"blockwise_attention: attn_mask of shape {tuple(attn_mask.shape)} is not "
-                             f"broadcastable to {(B, H, Lq, Lk)}")
-    if m.shape[3] > 1 and m.stride(3) != 1:
-        m = m.contiguous()
-    return m
+    return x.reshape(1).expand(H) if x.numel() == 1 else x.reshape(H)
 
 
 def blockwise_attention(query, key, value, b=None, n=None, attn_mask=None, is_causal=False, scale=None,
@@ -305,18 +281,41 @@ def blockwise_attention(query, key, value, b=None, n=None, attn_mask=None, is_ca
 
     Returns [B, H, Lq, Dv] in the query dtype (computed in float32; float64 inputs in float64).  Rows without
     any visible key are 0.
+
+    This is the kernel's own public entry, which checks its arguments; the `blockwise` backend of
+    `scored_attention` and the models calls `run_blockwise`, after the checks of that entry point.
     """
     if scoring not in SUPPORTED_SCORING:
         raise ValueError(f"blockwise_attention: unsupported scoring {scoring!r}; supported: {', '.join(SUPPORTED_SCORING)}")
+    _check_shapes(query, key, value)
+    tiles = _tiles(block_size)
+    if attn_mask is not None:
+        _check_mask(attn_mask, query.shape[:3] + key.shape[2:3])
+    if scoring == "ssa":
+        for name, x in (("b", b), ("n", n)):
+            if x is None:
+                raise ValueError(f"blockwise_attention: scoring='ssa' needs `{name}`")
+            if torch.is_tensor(x) and x.numel() not in (1, query.shape[1]):
+                raise ValueError(f"blockwise_attention: `{name}` must have one value per head ({query.shape[1]}), "
+                                 f"got shape {tuple(x.shape)}")
+    else:
+        b = n = None
+    return run_blockwise(query, key, value, b, n, attn_mask, is_causal, scale, *tiles)
+
+
+def _check_shapes(query, key, value) -> None:
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         raise ValueError("blockwise_attention: query, key and value must be 4-D [batch, heads, length, dim]")
-    B, H, Lq, D = query.shape
+    B, H, _, D = query.shape
     Bk, Hkv, Lk, Dk = key.shape
     if Bk != B or value.shape[0] != B or value.shape[1] != Hkv or value.shape[2] != Lk or Dk != D:
         raise ValueError(f"blockwise_attention: incompatible shapes query {tuple(query.shape)}, key "
                          f"{tuple(key.shape)}, value {tuple(value.shape)}")
     if Hkv == 0 or H % Hkv != 0:
         raise ValueError(f"blockwise_attention: query heads ({H}) must be a multiple of key/value heads ({Hkv})")
+
+
+def _tiles(block_size) -> tuple[int, int]:
     if block_size is None:
         bq, bk = BLOCK_Q, BLOCK_K
     elif isinstance(block_size, (tuple, list)):
@@ -325,13 +324,34 @@ def blockwise_attention(query, key, value, b=None, n=None, attn_mask=None, is_ca
         bq = bk = int(block_size)
     if bq < 1 or bk < 1:
         raise ValueError("blockwise_attention: block_size must be positive")
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    cd = _compute_dtype(query.dtype)
-    if scoring == "ssa":
-        b = _as_head_param(b, H, "b", query)
-        n = _as_head_param(n, H, "n", query)
+    return bq, bk
+
+
+def _check_mask(attn_mask, full_shape) -> None:
+    if attn_mask.dtype != torch.bool:
+        raise ValueError(
+            "blockwise_attention: attn_mask must be a bool tensor (True = attend); additive float masks are not "
+            "supported because SSA is not shift invariant (masked keys must get weight exactly 0)")
+    if attn_mask.dim() > 4:
+        raise ValueError(f"blockwise_attention: attn_mask must have at most 4 dims, got {tuple(attn_mask.shape)}")
+    shape = (1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape)
+    if any(size not in (1, full) for size, full in zip(shape, full_shape)):
+        raise ValueError(f"blockwise_attention: attn_mask of shape {tuple(attn_mask.shape)} is not "
+                         f"broadcastable to {tuple(full_shape)}")
+
+
+def run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q=BLOCK_Q, block_k=BLOCK_K):
+    """The kernel on checked inputs (`blockwise_attention`'s or `scored_attention`'s checks): b and n None for
+    softmax, else a number or [H] (or one-value) tensors; mask None or bool, broadcastable to [B, H, Lq, Lk]."""
+    H = query.shape[1]
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    if b is None:
+        b = n = query.new_empty((0,), dtype=_compute_dtype(query.dtype))
     else:
-        b = n = query.new_empty((0,), dtype=cd)
-    mask = None if attn_mask is None else _as_mask(attn_mask, B, H, Lq, Lk, query.device)
-    out, _ = attention_forward(query, key, value, b, n, mask, bool(is_causal), scale, bq, bk)
+        b, n = _as_head_param(b, H, query), _as_head_param(n, H, query)
+    if mask is not None:
+        mask = mask.to(query.device).reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+        if mask.shape[3] > 1 and mask.stride(3) != 1:
+            mask = mask.contiguous()
+    out, _ = attention_forward(query, key, value, b, n, mask, bool(is_causal), scale, block_q, block_k)
     return out.to(query.dtype)

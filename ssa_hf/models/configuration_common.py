@@ -1,13 +1,15 @@
 """The attention-scoring fields shared by every ssa-hf model config (SSALlamaConfig, SSABertConfig).
 
-Part of the remote-code unit: imports only the standard library, transformers-free.
+Their fields are generated from the scoring functions' declared parameters (`settings.setting_fields`), so a new
+scoring parameter needs no edit here. Part of the remote-code unit: imports only siblings, transformers-free.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import field, make_dataclass
 
-from .scoring import ALL_SCORING_FUNCTIONS, ScoringOptions, closest_name
+from .scoring import ALL_SCORING_FUNCTIONS, closest_name
+from .settings import OLD_NAMES, resolve_settings, setting_fields, settings_doc, validate_settings
 
 SCORING_CONFIG_DOC = r"""
         attention_scoring (`str` or `list[str]`, *optional*, defaults to `"ssa"`):
@@ -16,43 +18,7 @@ SCORING_CONFIG_DOC = r"""
             entmax_alpha), or a linear-attention mechanism (`linear`: elu+1 features; `cosformer`: ReLU features
             with cos re-weighting by position distance). A list gives one name per attention head (a mixture of
             scoring heads). The softmax baseline is the same model with `"softmax"`.
-        ssa_granularity (`str`, *optional*, defaults to `"head"`):
-            `"head"`: one (b, n) pair per attention head; `"layer"`: one pair per layer shared by its heads.
-            Also applies to the parameters of `temperature`, `ssmax` and `entmax_alpha`.
-        ssa_parametrization (`str`, *optional*, defaults to `"softplus"`):
-            How learnable b and n are stored. `"softplus"`: b = softplus(raw) > 0 and n = 1 + softplus(raw) >= 1
-            whatever the optimiser does; `"exp"`: b = exp(a), n = exp(r) (the authors' nanoGPT code; n >= 1 is not
-            enforced); `"raw"`: b and n are the parameters themselves, trained without any constraint (the authors'
-            114M decoder: n from 1.5, unclamped, may fall below 1 or 0; a learned b that reaches 0 or below makes SSA
-            undefined, which is why that run keeps b fixed).
-        ssa_b_init (`float`, *optional*, defaults to 1.0):
-            Initial (or fixed) value of SSA's b, in [1e-4, 1e4].
-        ssa_n_init (`float`, *optional*, defaults to 1.5):
-            Initial (or fixed) value of SSA's n, in [1, 1e4]. Under `softplus`, a learnable n starts at no less
-            than 1.001 so that its raw value is finite.
-        ssa_learn_b (`bool`, *optional*, defaults to `True`):
-            Whether b is trained (else a fixed buffer).
-        ssa_learn_n (`bool`, *optional*, defaults to `True`):
-            Whether n is trained (else a fixed buffer).
-        temperature_init (`float`, *optional*):
-            Temperature t of `attention_scoring="temperature"` (softmax(s / t)); in [1e-4, 1e4]. Unset: matched to SSA's
-            initial slope, t = 1 / (ssa_n_init * ssa_b_init) (2/3 with the defaults), the temperature at which
-            softmax equals SSA for small scores; never 1 by default (that would be `softmax`).
-        temperature_learnable (`bool`, *optional*, defaults to `False`):
-            Whether t is trained.
-        ssmax_s_init (`float`, *optional*, defaults to 0.43):
-            Initial scale s of `attention_scoring="ssmax"` (softmax(s log(N) x)); learned, in [1e-4, 1e4].
-        entmax_alpha_init (`float`, *optional*):
-            alpha of `attention_scoring="entmax_alpha"`, in (1, 2]; required by it (no default: 1.5 is `entmax15`
-            and 2 is `sparsemax`).
-        entmax_alpha_learnable (`bool`, *optional*, defaults to `False`):
-            Whether alpha is trained (kept in (1, 2]).
-        cosformer_length (`float`, *optional*):
-            CosFormer's length scale m in cos(pi/2 * (i - j) / m), fixed; defaults to `max_position_embeddings`.
-            Longer inputs are refused (the re-weighting would turn negative).
-        sigmoid_length (`float`, *optional*):
-            n in the bias -log(n) of `attention_scoring="sigmoid"` (Ramapuram et al. 2024: one sequence length for
-            every row, causal rows included); defaults to `max_position_embeddings`. Set it to the training length.
+""" + settings_doc() + r"""
         attn_implementation_aliases (`dict[str, str]`, *optional*):
             What transformers' standard `attn_implementation` names run in this model, so that tools passing them
             never get softmax in place of the configured scoring function. Defaults to
@@ -62,6 +28,8 @@ SCORING_CONFIG_DOC = r"""
 
         Every numeric field must be a finite number in its range (the positive ones are bounded so that they
         survive a cast of the model to float16); the config raises a `ValueError` naming the field and the range.
+        `ssa_granularity` and `ssa_parametrization`, the names of `scoring_granularity` and
+        `scoring_parametrization` in configs saved before they were renamed, are still accepted.
 """
 
 # transformers' standard attention implementation names -> the ssa-hf implementation each one runs
@@ -70,25 +38,21 @@ STANDARD_IMPLEMENTATION_ALIASES = {"eager": "ssa_eager", "sdpa": "ssa_auto", "fl
 IMPLEMENTATIONS_WITH_WEIGHTS = (None, "eager", "ssa_eager", "ssa_auto")
 
 
-@dataclass(kw_only=True)
-class ScoringConfigMixin:
-    """Dataclass fields for the scoring function; the documentation is `SCORING_CONFIG_DOC`."""
+def _old_name(old: str, new: str) -> property:
+    """`config.<old>` reads and writes `config.<new>`: configs saved before the rename load (transformers sets
+    unknown keyword arguments as attributes), and preset files and overrides may still use the old name."""
 
-    attention_scoring: str | list[str] = "ssa"
-    ssa_granularity: str = "head"
-    ssa_parametrization: str = "softplus"
-    ssa_b_init: float | int = 1.0
-    ssa_n_init: float | int = 1.5
-    ssa_learn_b: bool = True
-    ssa_learn_n: bool = True
-    temperature_init: float | int | None = None
-    temperature_learnable: bool = False
-    ssmax_s_init: float | int = 0.43
-    entmax_alpha_init: float | int | None = None
-    entmax_alpha_learnable: bool = False
-    cosformer_length: float | int | None = None
-    sigmoid_length: float | int | None = None
-    attn_implementation_aliases: dict[str, str] | None = None
+    def get(self):
+        return getattr(self, new)
+
+    def set(self, value):
+        setattr(self, new, value)
+
+    return property(get, set, doc=f"The former name of `{new}` (still accepted).")
+
+
+class _ScoringConfigMethods:
+    """Methods of `ScoringConfigMixin`, whose fields are generated from the scoring declarations."""
 
     def scoring_per_head(self) -> list[str]:
         """The scoring function of each attention head."""
@@ -97,8 +61,9 @@ class ScoringConfigMixin:
             return [self.attention_scoring] * heads
         return list(self.attention_scoring)
 
-    def scoring_options(self) -> ScoringOptions:
-        return ScoringOptions.from_config(self)
+    def scoring_settings(self) -> dict:
+        """The resolved scoring settings of this config (see `settings.resolve_settings`)."""
+        return resolve_settings(self)
 
     def validate_scoring(self) -> None:
         """Raise ValueError naming the offending field."""
@@ -116,10 +81,7 @@ class ScoringConfigMixin:
             raise ValueError(
                 f"attention_scoring: a list needs one name per head ({self.num_attention_heads}), got {len(names)}"
             )
-        try:
-            self.scoring_options().validate()
-        except ValueError as error:
-            raise ValueError(str(error)) from None
+        validate_settings(self.scoring_settings())
 
     def _validate_aliases(self) -> None:
         from .attention import IMPLEMENTATIONS
@@ -135,6 +97,21 @@ class ScoringConfigMixin:
     @property
     def uses_softmax_only(self) -> bool:
         return all(name == "softmax" for name in self.scoring_per_head())
+
+
+for _old, _new in OLD_NAMES.items():
+    setattr(_ScoringConfigMethods, _old, _old_name(_old, _new))
+
+# Dataclass fields for the scoring function, one per declared setting (documentation: `SCORING_CONFIG_DOC`)
+ScoringConfigMixin = make_dataclass(
+    "ScoringConfigMixin",
+    [("attention_scoring", "str | list[str]", field(default="ssa")),
+     *[(name, kind, field(default=default)) for name, kind, default, _ in setting_fields()],
+     ("attn_implementation_aliases", "dict[str, str] | None", field(default=None))],
+    bases=(_ScoringConfigMethods,),
+    kw_only=True,
+)
+ScoringConfigMixin.__module__ = __name__
 
 
 def _get_output_attentions(config) -> bool:

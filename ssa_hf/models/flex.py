@@ -1,8 +1,8 @@
 """FlexAttention paths: scoring functions that are a modification of softmax scores, as `score_mod`s.
 
 FlexAttention computes softmax(score_mod(q.k * scale)) with a fused kernel, so every registry entry that
-has `logits` (softmax, temperature, ssa, ssmax) runs on it, and softmax_1 too: its extra zero logit is one
-appended key whose score is forced to 0 and whose value is 0.
+has `logits` (softmax, temperature, ssa, ssmax, ...) runs on it, with a score_mod built from those logits, and
+softmax_1 too: its extra zero logit is one appended key whose score is forced to 0 and whose value is 0.
 
 torch 2.13 runs FlexAttention on CPU for inference only (and `return_lse` is not supported there); on CUDA
 it has a backward, with gradients flowing to the captured per-head parameter tensors.
@@ -19,7 +19,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-from .scoring import ScoringFunction, ssa_logits
+from .scoring import ScoringFunction, identity_logits
 
 logger = logging.getLogger("ssa_hf")
 
@@ -97,30 +97,18 @@ def _head_indexed(value: Tensor, heads: int, device: torch.device) -> Tensor:
 
 
 def make_score_mod(spec: ScoringFunction, params: dict[str, Tensor], row_log_count: Tensor | None, zero_key: int | None):
-    """Build the score_mod for `spec`. `row_log_count` [B, Lq]: log of keys per row (SSMax).
+    """The score_mod of `spec`, from its own elementwise logits (nothing here repeats a formula).
 
+    `params`: [H] tensors indexed by head; `row_log_count` [B, Lq]: log of the keys of each row (SSMax);
     `zero_key`: index of the appended key of softmax_1, whose score is replaced by exactly 0.
     """
-    name = spec.name
-    if name == "ssa":
-        b, n = params["b"], params["n"]
-
-        def score_mod(score, batch, head, q_idx, kv_idx):
-            return ssa_logits(score, b[head], n[head])
-    elif name == "temperature":
-        t = params["t"]
-
-        def score_mod(score, batch, head, q_idx, kv_idx):
-            return score / t[head]
-    elif name == "ssmax":
-        s = params["s"]
-
-        def score_mod(score, batch, head, q_idx, kv_idx):
-            return score * s[head] * row_log_count[batch, q_idx]
-    elif name in ("softmax", "softmax1"):
+    logits = spec.logits
+    if logits is identity_logits:
         score_mod = None
     else:
-        raise ValueError(f"scoring function {name!r} has no score_mod form")
+        def score_mod(score, batch, head, q_idx, kv_idx):
+            log_n = None if row_log_count is None else row_log_count[batch, q_idx]
+            return logits(score, {name: value[head] for name, value in params.items()}, log_n)
     if zero_key is None:
         return score_mod
     inner = score_mod
@@ -151,8 +139,6 @@ def flex_scored_attention(
         raise ValueError("flex_scored_attention: pass is_causal with mask=None, or fold the causal part into mask")
     from torch.nn.attention.flex_attention import create_block_mask
 
-    if spec.logits is None:
-        raise ValueError(f"The flex backend cannot run {spec.name!r}: it is not a modification of softmax scores. Use backend='eager'.")
     batch, heads, q_len, _ = query.shape
     kv_len = key.shape[2]
     zero_key = None

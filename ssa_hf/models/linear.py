@@ -40,6 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .parameters import ParameterSpec, max_positions
+
 EPS = 1e-6
 CHUNK = 64
 
@@ -77,6 +79,11 @@ class LinearMask:
         return mask
 
 
+def as_4d(mask: Tensor) -> Tensor:
+    """A mask broadcastable to [B, H, Lq, Lk] with leading dimensions of size 1 added up to 4-D."""
+    return mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape)) if mask.dim() < 4 else mask
+
+
 def _refuse(detail: str) -> ValueError:
     return ValueError(
         "linear attention (linear, cosformer) supports only a causal mask and/or key padding; " + detail + ". "
@@ -92,8 +99,7 @@ def _trusted_mask(mask: Tensor | None, q_len: int, kv_len: int, causal: bool) ->
     offset = kv_len - q_len if causal else None
     if mask is None:
         return LinearMask(None, offset)
-    while mask.dim() < 4:
-        mask = mask.unsqueeze(0)
+    mask = as_4d(mask)
     # the last query row sees every unpadded key in both forms
     structure = LinearMask(mask[:, 0, -1, :].expand(mask.shape[0], kv_len), offset)
     expected = structure.dense(q_len, kv_len, mask.device)
@@ -123,8 +129,7 @@ def linear_mask(
     else:
         if mask.dtype != torch.bool:
             raise _refuse(f"got a {mask.dtype} mask (it must be boolean, True = attend)")
-        while mask.dim() < 4:
-            mask = mask.unsqueeze(0)
+        mask = as_4d(mask)
         if mask.dim() > 4:
             raise _refuse(f"got a {mask.dim()}-D mask")
         if mask.shape[1] > 1:
@@ -171,7 +176,7 @@ class LinearAttention:
     description: str
     feature_map: str  # "elu+1" or "relu"
     cos_reweighting: bool = False
-    parameters: tuple[str, ...] = ()
+    parameters: tuple[ParameterSpec, ...] = ()
     kind: str = "linear"
     normalised: bool = True
     logits: None = None
@@ -186,6 +191,10 @@ class LinearAttention:
         )
 
     reference = weights
+
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.parameters)
 
     def default_params(self, q_len: int, kv_len: int) -> dict[str, float]:
         """Values used by the functional API when a parameter is not given (CosFormer: m = sequence length)."""
@@ -331,6 +340,13 @@ def _causal_products(fq: Tensor, fk: Tensor, v1: Tensor, offset: int, chunk: int
     return torch.cat(pieces, dim=2)
 
 
+COSFORMER_LENGTH = ParameterSpec(
+    "m", "cosformer_length", "CosFormer's length scale m in cos(pi/2 * (i - j) / m), fixed; defaults to "
+    "`max_position_embeddings`. Longer inputs are refused (the re-weighting would turn negative).", low=0.0,
+    low_open=True, derive=max_positions,
+    required="cosformer needs cosformer_length (its length scale m; models default it to max_position_embeddings)",
+)
+
 LINEAR_ATTENTIONS: dict[str, LinearAttention] = {
     a.name: a
     for a in [
@@ -344,8 +360,7 @@ LINEAR_ATTENTIONS: dict[str, LinearAttention] = {
             "CosFormer (Qin et al. 2022): relu(q).relu(k) cos(pi/2 (i - j) / m) / sum, linear via cos/sin features",
             feature_map="relu",
             cos_reweighting=True,
-            parameters=("m",),
-            notes="m: a fixed length scale per head (config `cosformer_length`, default max_position_embeddings)",
+            parameters=(COSFORMER_LENGTH,),
         ),
     ]
 }

@@ -1,32 +1,38 @@
 """A mixture of scoring heads: `attention_scoring` as a list with one scoring-function name per head.
 
 Heads are grouped by function; each group has its own `ScoringParameters` and runs on any backend that can run
-that function; outputs (and weights) are put back in head order.
+that function; outputs (and weights) are put back in head order. `run_groups` is the one runner, used by the
+functional API and the transformers attention functions alike (a single function is one group of every head).
 Part of the remote-code unit: imports only torch and siblings.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Callable
+
 import torch
 from torch import Tensor, nn
 
-from .scoring import ScoringModule, ScoringOptions, ScoringParameters
+from .backends import AttentionCall
+from .scoring import ScoringModule, get_scoring_function
+from .settings import ScoringParameters
+
+# (scoring name, the query heads it runs, its parameters: [len(heads)] tensors)
+Group = tuple[str, list[int], dict]
 
 
 class MixedScoringParameters(ScoringModule):
-    def __init__(self, names: list[str], options: ScoringOptions | None = None):
+    def __init__(self, names: list[str], config=None, **settings):
         super().__init__()
         self.names = list(names)
         self.order = list(dict.fromkeys(self.names))  # group order = first appearance
         self.groups = nn.ModuleDict(
-            {name: ScoringParameters(name, self.names.count(name), options) for name in self.order}
+            {name: ScoringParameters(name, self.names.count(name), config, **settings) for name in self.order}
         )
         # plain lists, not buffers: from_pretrained materialises models from the meta device, where a
         # non-persistent buffer would come back uninitialised
         self.heads = {name: [h for h, n in enumerate(self.names) if n == name] for name in self.order}
-
-    def head_index(self, name: str, device=None) -> Tensor:
-        return torch.tensor(self.heads[name], dtype=torch.long, device=device)
 
     def reset_parameters(self) -> None:
         for group in self.groups.values():
@@ -39,21 +45,37 @@ class MixedScoringParameters(ScoringModule):
         return f"heads={self.names}"
 
 
-def run_mixture(scoring: MixedScoringParameters, query: Tensor, key: Tensor, value: Tensor, run_group):
-    """Run `run_group(name, params, q, k, v) -> (out [B,h,Lq,D], weights|None)` per group; reassemble in head order."""
+def module_groups(scoring: ScoringModule, heads: int) -> list[Group]:
+    """The groups of an attention module's scoring (a `ScoringParameters` is one group of all its heads)."""
+    if isinstance(scoring, ScoringParameters):
+        return [(scoring.scoring, list(range(heads)), scoring())]
+    return [(name, scoring.heads[name], scoring.groups[name]()) for name in scoring.order]
+
+
+def run_groups(call: AttentionCall, groups: list[Group],
+               run_group: Callable[[AttentionCall], tuple[Tensor, Tensor | None]]) -> tuple[Tensor, Tensor | None]:
+    """Run `call` once per group (its heads, their key/value heads and mask rows) and reassemble in head order."""
+    query, key, value = call.query, call.key, call.value
+    if len(groups) == 1:
+        name, _, params = groups[0]
+        return run_group(replace(call, spec=get_scoring_function(name), params=params))
     heads = query.shape[1]
-    groups = heads // key.shape[1]
+    per_kv = heads // key.shape[1]
     out = query.new_empty(query.shape[:3] + (value.shape[-1],))
     weights = None
-    for name in scoring.order:
-        index = scoring.head_index(name, query.device)
-        kv_index = index // groups
-        group_out, group_weights = run_group(
-            name, scoring.groups[name](), query[:, index], key[:, kv_index], value[:, kv_index]
-        )
+    for name, head_list, params in groups:
+        index = torch.tensor(head_list, dtype=torch.long, device=query.device)
+        kv_index = index // per_kv
+        mask = call.mask
+        if mask is not None and mask.shape[1] == heads > 1:
+            mask = mask[:, index.to(mask.device)]
+        group_out, group_weights = run_group(replace(
+            call, query=query[:, index], key=key[:, kv_index], value=value[:, kv_index],
+            spec=get_scoring_function(name), params=params, mask=mask,
+        ))
         out = out.index_copy(1, index, group_out.to(out.dtype))
         if group_weights is not None:
             if weights is None:
                 weights = group_weights.new_zeros(query.shape[:3] + (key.shape[2],))
-            weights = weights.index_copy(1, index, group_weights)
+            weights = weights.index_copy(1, index, group_weights.to(weights.dtype))
     return out, weights

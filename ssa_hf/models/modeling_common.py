@@ -8,31 +8,26 @@ Part of the remote-code unit: imports only torch, transformers and siblings.
 from __future__ import annotations
 
 import logging
-import math
 
 import torch
 from torch import nn
 
-from .attention import BACKENDS, DEFAULT_IMPLEMENTATION, IMPLEMENTATIONS, register_with_transformers
+from .attention import DEFAULT_IMPLEMENTATION, IMPLEMENTATIONS
+from .backends import static_refusal
 from .mixture import MixedScoringParameters
-from .scoring import ConstrainedParameter, ScoringParameters, get_scoring_function
-
-register_with_transformers()
+from .parameters import ConstrainedParameter
+from .settings import ScoringParameters
 
 logger = logging.getLogger("ssa_hf")
-
-# what each scoring parameter must satisfy, checked when a checkpoint is loaded: (lower bound, bound included)
-_PARAMETER_BOUNDS = {"b": (0.0, False), "n": (1.0, True), "t": (0.0, False), "s": (0.0, False), "m": (0.0, False),
-                     "alpha": (1.0, False)}
 
 
 def attach_scoring(attention: nn.Module, config) -> None:
     """Give one attention module its scoring function and parameters (`attention.scoring`)."""
     names = config.scoring_per_head()
     if len(set(names)) != 1:
-        attention.scoring = MixedScoringParameters(names, config.scoring_options())
+        attention.scoring = MixedScoringParameters(names, config)
     else:
-        attention.scoring = ScoringParameters(names[0], config.num_attention_heads, config.scoring_options())
+        attention.scoring = ScoringParameters(names[0], config.num_attention_heads, config)
     # each parameter knows its configured value, so that `_init_weights` can set it on its own (transformers
     # initialises missing weights module by module, and ScoringParameters holds no tensor itself)
     for group in attention.scoring.modules():
@@ -62,9 +57,8 @@ def check_implementation(config, requested: str | None) -> str:
         backend = IMPLEMENTATIONS[implementation]
         if backend is not None:
             for name in names:
-                spec = get_scoring_function(name)
                 # a static check (gradients and device are known only at call time)
-                reason = BACKENDS[backend].refuses(spec, False, _cuda_or_cpu(backend), 0.0)
+                reason = static_refusal(backend, name)
                 if reason:
                     shown = implementation if implementation == requested else f"{requested!r} (-> {implementation!r})"
                     raise ValueError(
@@ -85,10 +79,6 @@ def check_implementation(config, requested: str | None) -> str:
     return implementation
 
 
-def _cuda_or_cpu(backend: str):
-    return torch.device("cuda" if backend == "flex" and torch.cuda.is_available() else "cpu")
-
-
 def _check_scoring_runs(model, args) -> None:
     # a forward pre-hook: a config edited by hand (`config._attn_implementation = "sdpa"`) is caught too
     model.assert_scoring_runs()
@@ -100,15 +90,10 @@ def scoring_parameter_problems(model: nn.Module) -> list[str]:
     for path, module in model.named_modules():
         if not isinstance(module, ScoringParameters):
             continue
-        values = module()
-        enforced = module.options.ssa_parametrization == "softplus"  # exp and raw do not keep n >= 1
-        for name, value in values.items():
+        for name, value in module().items():
             value = value.detach().double().cpu()
-            bound, included = _PARAMETER_BOUNDS.get(name, (-math.inf, True))
-            if name == "n" and not enforced and module.params[name].learnable:
-                bound, included = 0.0, False  # the exp parametrisation does not enforce n >= 1, only n > 0
-                if module.options.ssa_parametrization == "raw":
-                    bound, included = -math.inf, True  # raw: any finite n (the authors' 114M run)
+            # the declared floor (b > 0, n >= 1, ...); a learned `exp` parameter only promises > 0
+            bound, included = module.specs[name].load_bound(module.settings)
             if not torch.isfinite(value).all():
                 problems.append(f"{path}.{name}: not finite, got {value.tolist()}")
             elif (value < bound).any() or (not included and (value == bound).any()):

@@ -1,4 +1,5 @@
-"""Registration of the ssa-hf model classes with transformers' Auto classes (done by `import ssa_hf`).
+"""Registration of the ssa-hf model classes with transformers' Auto classes (done by `import ssa_hf`), read from
+the family table (`families.py`: every head of every family, under the Auto class of its task).
 
 `register_for_auto_class` makes `save_pretrained` write `auto_map` into config.json and copy the modeling files
 (with their sibling imports) next to the weights, so checkpoints load with `trust_remote_code=True` alone.
@@ -6,53 +7,14 @@
 
 from __future__ import annotations
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+from transformers import AutoConfig
 
-from .configuration_ssa_bert import SSABertConfig
-from .configuration_ssa_llama import SSALlamaConfig
-from .modeling_ssa_bert import (
-    SSABertForCausalLM,
-    SSABertForMaskedLM,
-    SSABertForMultipleChoice,
-    SSABertForQuestionAnswering,
-    SSABertForSequenceClassification,
-    SSABertForTokenClassification,
-    SSABertModel,
-)
-from .modeling_ssa_llama import (
-    SSALlamaForCausalLM,
-    SSALlamaForQuestionAnswering,
-    SSALlamaForSequenceClassification,
-    SSALlamaForTokenClassification,
-    SSALlamaModel,
-)
+from .families import FAMILY_SPECS, TASKS
 
+# config class -> {Auto class: model class}
 AUTO_CLASSES = {
-    SSALlamaConfig: {
-        AutoModel: SSALlamaModel,
-        AutoModelForCausalLM: SSALlamaForCausalLM,
-        AutoModelForSequenceClassification: SSALlamaForSequenceClassification,
-        AutoModelForQuestionAnswering: SSALlamaForQuestionAnswering,
-        AutoModelForTokenClassification: SSALlamaForTokenClassification,
-    },
-    SSABertConfig: {
-        AutoModel: SSABertModel,
-        AutoModelForMaskedLM: SSABertForMaskedLM,
-        AutoModelForCausalLM: SSABertForCausalLM,
-        AutoModelForSequenceClassification: SSABertForSequenceClassification,
-        AutoModelForTokenClassification: SSABertForTokenClassification,
-        AutoModelForMultipleChoice: SSABertForMultipleChoice,
-        AutoModelForQuestionAnswering: SSABertForQuestionAnswering,
-    },
+    spec.config_class: {TASKS[task].auto_class: model_class for task, model_class in spec.model_classes.items()}
+    for spec in FAMILY_SPECS
 }
 
 

@@ -3,9 +3,12 @@
 Every scoring function is one `ScoringFunction` entry in `SCORING_FUNCTIONS`, with
 - `weights`: the fast path (float32 math whatever the input dtype), used by the eager backend;
 - `reference`: a plain float64 implementation written from the definition, used by tests as the oracle;
-- `logits` (optional): an elementwise modification g(s) such that weights = softmax(g(s)) — the functions
-  that have it can run on any softmax kernel that allows a score modification (FlexAttention, blockwise);
-- `parameters`: the names of the per-head parameters it takes (b and n for SSA, t for temperature, ...).
+- `logits` (optional): an elementwise modification g(s) such that weights = softmax(g(s)); an entry that has it
+  needs no `weights` of its own, and runs on any softmax kernel that allows a score modification (FlexAttention
+  builds its score_mod from it);
+- `parameters`: the declarations (`parameters.ParameterSpec`) of the per-head parameters it takes (b and n for
+  SSA, t for temperature, ...), from which config fields, validation, `ScoringParameters`, model-card fields and
+  the docs are derived (`settings.py`).
 
 All functions take scores of shape [..., H, Lq, Lk], a boolean mask broadcastable to it (True = attend) or
 None, and a dict of per-head parameters of shape [H]. Masked entries get a weight of exactly zero, and a row
@@ -13,7 +16,8 @@ with no key to attend to gets all-zero weights (never NaN).
 
 Linear attention and CosFormer are not row-wise functions of the scores: they are `LinearAttention` entries
 (kind "linear") of `linear.LINEAR_ATTENTIONS`. `ALL_SCORING_FUNCTIONS` (both registries) holds every name
-`attention_scoring` accepts, and `get_scoring_function` looks names up there.
+`attention_scoring` accepts, `get_scoring_function` looks names up there and `register_scoring_function` adds
+an entry.
 
 This file is part of the remote-code unit (see `ssa_hf/models/__init__.py`): it imports only torch and the
 standard library (`entmax` lazily, for the functions that need it).
@@ -22,8 +26,7 @@ standard library (`entmax` lazily, for the functions that need it).
 from __future__ import annotations
 
 import math
-import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -31,16 +34,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .linear import LINEAR_ATTENTIONS, LinearAttention
+from .parameters import PARAMETER_LIMITS, ParameterSpec, closest_name, max_positions
 
 Params = dict[str, Tensor]
-
-
-def closest_name(value, choices) -> str:
-    """'; did you mean X?' for a near miss among `choices`, else '.' (ends the sentence either way)."""
-    import difflib
-
-    match = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
-    return f"; did you mean {match[0]!r}?" if match else "."
+# g(s, p, log_n): scores, per-head parameters broadcast against them, log of the keys of each row (or None)
+Logits = Callable[[Tensor, Params, "Tensor | None"], Tensor]
 
 
 def _per_head(value: Tensor, scores: Tensor) -> Tensor:
@@ -91,21 +89,21 @@ def ssa_logits(scores: Tensor, b: Tensor, n: Tensor) -> Tensor:
     return n * torch.sign(scores) * torch.log1p(b * scores.abs())
 
 
-def _logits_softmax(scores: Tensor, params: Params, mask: Tensor | None) -> Tensor:
+def identity_logits(scores: Tensor, params: Params, log_n: Tensor | None) -> Tensor:
+    """g(s) = s: plain softmax (kernels skip the score modification for it)."""
     return scores
 
 
-def _logits_ssa(scores: Tensor, params: Params, mask: Tensor | None) -> Tensor:
-    return ssa_logits(scores, _per_head(params["b"], scores), _per_head(params["n"], scores))
+def _logits_ssa(scores: Tensor, params: Params, log_n: Tensor | None) -> Tensor:
+    return ssa_logits(scores, params["b"], params["n"])
 
 
-def _logits_temperature(scores: Tensor, params: Params, mask: Tensor | None) -> Tensor:
-    return scores / _per_head(params["t"], scores)
+def _logits_temperature(scores: Tensor, params: Params, log_n: Tensor | None) -> Tensor:
+    return scores / params["t"]
 
 
-def _logits_ssmax(scores: Tensor, params: Params, mask: Tensor | None) -> Tensor:
-    log_n = torch.log(_row_count(scores, mask).clamp_min(1.0))
-    return scores * _per_head(params["s"], scores) * log_n
+def _logits_ssmax(scores: Tensor, params: Params, log_n: Tensor | None) -> Tensor:
+    return scores * params["s"] * log_n
 
 
 # --------------------------------------------------------------------------------------------------
@@ -113,9 +111,13 @@ def _logits_ssmax(scores: Tensor, params: Params, mask: Tensor | None) -> Tensor
 # --------------------------------------------------------------------------------------------------
 
 
-def _softmax_family(logits_fn):
+def softmax_family_weights(logits: Logits, needs_row_count: bool):
+    """The fast path of an entry given by its logits: masked softmax(g(s)), parameters broadcast per head."""
+
     def weights(scores: Tensor, mask: Tensor | None, params: Params) -> Tensor:
-        return _masked_softmax(logits_fn(scores, params, mask), _full_mask(scores, mask))
+        log_n = torch.log(_row_count(scores, mask).clamp_min(1.0)) if needs_row_count else None
+        per_head = {name: _per_head(value, scores) for name, value in params.items()}
+        return _masked_softmax(logits(scores, per_head, log_n), _full_mask(scores, mask))
 
     return weights
 
@@ -314,12 +316,12 @@ class ScoringFunction:
     """One entry of the registry. See the module docstring for the meaning of each field."""
 
     name: str
-    description: str
-    weights: Callable[[Tensor, Tensor | None, Params], Tensor]
+    description: str  # the weights over a row x, as the docs table shows them
     reference: Callable[[Tensor, Tensor | None, Params], Tensor]
-    parameters: tuple[str, ...] = ()
+    weights: Callable[[Tensor, Tensor | None, Params], Tensor] | None = None  # None: from `logits`
+    parameters: tuple[ParameterSpec, ...] = ()
     normalised: bool = True
-    logits: Callable[[Tensor, Params, Tensor | None], Tensor] | None = None
+    logits: Logits | None = None
     # True when `logits` needs the number of keys per row (SSMax): kernels must pass the row counts.
     needs_row_count: bool = False
     # softmax_1: weights = softmax(logits) * sigmoid(logsumexp(logits)) -- a softmax kernel plus its LSE.
@@ -328,69 +330,89 @@ class ScoringFunction:
     # "rowwise" for every entry here; linear attention entries (linear.py, LINEAR_ATTENTIONS) have kind "linear"
     kind: str = "rowwise"
 
+    def __post_init__(self):
+        if self.weights is None:
+            if self.logits is None:
+                raise ValueError(f"scoring function {self.name!r}: give `weights`, `logits` or both")
+            object.__setattr__(self, "weights", softmax_family_weights(self.logits, self.needs_row_count))
 
-def _entry(name, description, weights, reference_row, **kw) -> ScoringFunction:
-    return ScoringFunction(name=name, description=description, weights=weights, reference=_ref_rows(reference_row), **kw)
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.parameters)
 
+
+def _entry(name, description, reference_row, **kw) -> ScoringFunction:
+    return ScoringFunction(name=name, description=description, reference=_ref_rows(reference_row), **kw)
+
+
+def _matched_temperature(settings) -> float:
+    """temperature's default: SSA's initial slope, t = 1 / (n0 b0); never 1, which would make it softmax."""
+    t = 1.0 / (settings["ssa_n_init"] * settings["ssa_b_init"])
+    if t == 1.0:
+        raise ValueError("temperature_init is unset and 1 / (ssa_n_init * ssa_b_init) = 1, which would make "
+                         "`temperature` plain softmax: set temperature_init")
+    return t
+
+
+SSA_B = ParameterSpec(
+    "b", "ssa_b_init", "Initial (or fixed) value of SSA's b, in [1e-4, 1e4].", default=1.0, low=PARAMETER_LIMITS[0],
+    high=PARAMETER_LIMITS[1], learn_field="ssa_learn_b", learn_default=True,
+    learn_doc="Whether b is trained (else a fixed buffer).", floor=0.0, follows_parametrization=True,
+)
+SSA_N = ParameterSpec(
+    "n", "ssa_n_init", "Initial (or fixed) value of SSA's n, in [1, 1e4]. Under `softplus`, a learnable n starts at "
+    "no less than 1.001 so that its raw value is finite.", default=1.5, low=1.0, high=PARAMETER_LIMITS[1],
+    learn_field="ssa_learn_n", learn_default=True, learn_doc="Whether n is trained (else a fixed buffer).",
+    floor=1.0, floor_included=True, follows_parametrization=True,
+)
+TEMPERATURE_T = ParameterSpec(
+    "t", "temperature_init", "Temperature t of `attention_scoring=\"temperature\"` (softmax(s / t)); in [1e-4, 1e4]. "
+    "Unset: matched to SSA's initial slope, t = 1 / (ssa_n_init * ssa_b_init) (2/3 with the defaults), the "
+    "temperature at which softmax equals SSA for small scores; never 1 by default (that would be `softmax`).",
+    low=PARAMETER_LIMITS[0], high=PARAMETER_LIMITS[1], learn_field="temperature_learnable",
+    learn_doc="Whether t is trained.", derive=_matched_temperature,
+)
+SSMAX_S = ParameterSpec(
+    "s", "ssmax_s_init", "Initial scale s of `attention_scoring=\"ssmax\"` (softmax(s log(N) x)); learned, in "
+    "[1e-4, 1e4].", default=0.43, low=PARAMETER_LIMITS[0], high=PARAMETER_LIMITS[1], learnable=True,
+)
+SIGMOID_LENGTH = ParameterSpec(
+    "length", "sigmoid_length", "n in the bias -log(n) of `attention_scoring=\"sigmoid\"` (Ramapuram et al. 2024: "
+    "one sequence length for every row, causal rows included); defaults to `max_position_embeddings`. Set it to "
+    "the training length.", low=1.0, derive=max_positions, optional=True,
+)
+ENTMAX_ALPHA = ParameterSpec(
+    "alpha", "entmax_alpha_init", "alpha of `attention_scoring=\"entmax_alpha\"`, in (1, 2]; required by it (no "
+    "default: 1.5 is `entmax15` and 2 is `sparsemax`).", low=1.0, high=2.0, low_open=True,
+    learn_field="entmax_alpha_learnable", learn_doc="Whether alpha is trained (kept in (1, 2]).", floor=1.0, cap=2.0,
+    required="attention_scoring='entmax_alpha' needs entmax_alpha_init in (1, 2] (there is no default: 1.5 is "
+    "`entmax15` and 2 is `sparsemax`, which have their own names)",
+)
 
 SCORING_FUNCTIONS: dict[str, ScoringFunction] = {
     f.name: f
     for f in [
-        _entry("softmax", "softmax(s)", _softmax_family(_logits_softmax), _ref_softmax_row, logits=_logits_softmax),
-        _entry(
-            "ssa",
-            "Scaled Signed Averaging: softmax(n sgn(s) log1p(b|s|)) = (1+b|s|)^(sgn(s) n) / sum",
-            _softmax_family(_logits_ssa),
-            _ref_ssa_row,
-            parameters=("b", "n"),
-            logits=_logits_ssa,
-        ),
-        _entry(
-            "temperature",
-            "softmax(s / t), t fixed or learned",
-            _softmax_family(_logits_temperature),
-            _ref_temperature_row,
-            parameters=("t",),
-            logits=_logits_temperature,
-        ),
-        _entry(
-            "ssmax",
-            "Scalable-Softmax: softmax(s * log(N) * x), N = keys in the row, s learned",
-            _softmax_family(_logits_ssmax),
-            _ref_ssmax_row,
-            parameters=("s",),
-            logits=_logits_ssmax,
-            needs_row_count=True,
-        ),
-        _entry(
-            "softmax1",
-            "softmax_1 ('off by one'): e^x / (1 + sum e^x)",
-            _softmax1_weights,
-            _ref_softmax1_row,
-            logits=_logits_softmax,
-            normalised=False,
-            extra_zero_logit=True,
-        ),
-        ScoringFunction(
-            name="sigmoid",
-            description="sigmoid(x - log n), n the sequence length (Ramapuram et al. 2024), unnormalised",
-            weights=_sigmoid_weights,
-            reference=_ref_sigmoid,
-            normalised=False,
-        ),
-        _entry("softpick", "relu(e^x - 1) / sum |e^x - 1|", _softpick_weights, _ref_softpick_row, normalised=False),
-        _entry("sa_softmax", "SA-Softmax: x * softmax(x)", _sa_softmax_weights, _ref_sa_softmax_row, normalised=False),
-        _entry("sparsemax", "sparsemax (Euclidean projection onto the simplex)", _sparsemax_weights, _ref_sparsemax_row),
-        _entry(
-            "entmax15", "1.5-entmax", _entmax15_weights, lambda x, p: _ref_entmax_row(x, 1.5)
-        ),
-        _entry(
-            "entmax_alpha",
-            "alpha-entmax, alpha in (1, 2] fixed or learned",
-            _entmax_alpha_weights,
-            lambda x, p: _ref_entmax_row(x, float(p["alpha"])),
-            parameters=("alpha",),
-        ),
+        _entry("softmax", "softmax(x)", _ref_softmax_row, logits=identity_logits),
+        _entry("ssa", "softmax(n sgn(x) log1p(b|x|)) = (1+b|x|)^(sgn(x) n) / sum", _ref_ssa_row,
+               parameters=(SSA_B, SSA_N), logits=_logits_ssa),
+        _entry("temperature", "softmax(x / t), t fixed or learned (default t = 1 / (n0 b0), never 1)",
+               _ref_temperature_row, parameters=(TEMPERATURE_T,), logits=_logits_temperature),
+        _entry("ssmax", "softmax(s log(N) x), N = keys the row attends to, s learned", _ref_ssmax_row,
+               parameters=(SSMAX_S,), logits=_logits_ssmax, needs_row_count=True),
+        _entry("softmax1", "e^x / (1 + sum e^x)", _ref_softmax1_row, weights=_softmax1_weights,
+               logits=identity_logits, normalised=False, extra_zero_logit=True),
+        ScoringFunction("sigmoid", "sigmoid(x - log n), n the sequence length (Ramapuram et al. 2024), the same for "
+                        "every row", _ref_sigmoid, _sigmoid_weights, parameters=(SIGMOID_LENGTH,), normalised=False),
+        _entry("softpick", "relu(e^x - 1) / sum |e^x - 1|", _ref_softpick_row, weights=_softpick_weights,
+               normalised=False),
+        _entry("sa_softmax", "x softmax(x)", _ref_sa_softmax_row, weights=_sa_softmax_weights, normalised=False),
+        _entry("sparsemax", "Euclidean projection onto the simplex (`entmax` package)", _ref_sparsemax_row,
+               weights=_sparsemax_weights),
+        _entry("entmax15", "1.5-entmax (`entmax` package)", lambda x, p: _ref_entmax_row(x, 1.5),
+               weights=_entmax15_weights),
+        _entry("entmax_alpha", "alpha-entmax, alpha in (1, 2] (`entmax_alpha_init` required)",
+               lambda x, p: _ref_entmax_row(x, float(p["alpha"])), weights=_entmax_alpha_weights,
+               parameters=(ENTMAX_ALPHA,)),
     ]
 }
 
@@ -410,171 +432,6 @@ def get_scoring_function(name: str) -> ScoringFunction | LinearAttention:
         ) from None
 
 
-# --------------------------------------------------------------------------------------------------
-# Parameters (b, n, t, s, alpha) as modules, with the parametrisations that keep them valid
-# --------------------------------------------------------------------------------------------------
-
-PARAMETRIZATIONS = ("softplus", "exp", "raw")
-
-
-def _inverse_softplus(y: float) -> float:
-    return y + math.log(-math.expm1(-y))
-
-
-class ConstrainedParameter(nn.Module):
-    """A positive per-head (or per-layer) quantity `floor + map(raw)`, learnable or fixed.
-
-    - `softplus`: value = floor + softplus(raw): stays above `floor` whatever the optimiser does.
-    - `exp`: value = exp(raw), the authors' parametrisation (b = e^a, n = e^r); `floor` is not enforced.
-    - `raw`: value = raw, stored as is and trained without any constraint (the authors' 114M decoder trains n
-      from 1.5 this way: it may leave [1, inf) and even turn negative); `floor` is not enforced.
-    A fixed parameter is a buffer holding the value itself. `size` is the number of heads, or 1 for one
-    value per layer (broadcast to all heads by `forward`).
-    """
-
-    def __init__(self, init: float, size: int, num_heads: int, learnable: bool, parametrization: str, floor: float = 0.0):
-        super().__init__()
-        if parametrization not in PARAMETRIZATIONS:
-            raise ValueError(f"parametrization must be one of {PARAMETRIZATIONS}, got {parametrization!r}")
-        self.floor, self.parametrization, self.num_heads, self.learnable = floor, parametrization, num_heads, learnable
-        if not learnable:
-            self.register_buffer("value", torch.full((size,), float(init)), persistent=True)
-            return
-        if parametrization == "raw":
-            raw = float(init)
-        elif parametrization == "exp":
-            raw = math.log(init)
-        else:
-            # keep the initial value strictly above the floor so that the raw value is finite
-            raw = _inverse_softplus(max(init - floor, 1e-3))
-        self.raw = nn.Parameter(torch.full((size,), raw))
-
-    def forward(self) -> Tensor:
-        if not self.learnable:
-            value = self.value
-        elif self.parametrization == "raw":
-            value = self.raw
-        elif self.parametrization == "exp":
-            value = torch.exp(self.raw)
-        else:
-            value = self.floor + F.softplus(self.raw)
-        return value.expand(self.num_heads) if value.numel() == 1 else value
-
-    def reset(self, init: float) -> None:
-        """Set the value again (used by `_init_weights`)."""
-        with torch.no_grad():
-            if not self.learnable:
-                self.value.fill_(init)
-            elif self.parametrization == "raw":
-                self.raw.fill_(init)
-            elif self.parametrization == "exp":
-                self.raw.fill_(math.log(init))
-            else:
-                self.raw.fill_(_inverse_softplus(max(init - self.floor, 1e-3)))
-
-
-GRANULARITIES = ("head", "layer")
-SCORING_FLAGS = ("ssa_learn_b", "ssa_learn_n", "temperature_learnable", "entmax_alpha_learnable")
-
-
-@dataclass(frozen=True)
-class FieldRule:
-    """The allowed range of one numeric scoring field, [low, high] with `low` excluded when `low_open`."""
-
-    field: str
-    low: float
-    high: float
-    low_open: bool = False
-    optional: bool = False  # None allowed (a default is derived elsewhere)
-
-    def describe(self) -> str:
-        left = "(" if self.low_open else "["
-        high = "inf)" if math.isinf(self.high) else f"{self.high:g}]"
-        return f"{left}{self.low:g}, {high}"
-
-    def check(self, value) -> None:
-        if value is None and self.optional:
-            return
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise ValueError(f"{self.field} must be a number in {self.describe()}, got {value!r} ({type(value).__name__})")
-        above_low = value > self.low if self.low_open else value >= self.low
-        if not (math.isfinite(value) and above_low and value <= self.high):
-            raise ValueError(f"{self.field} must be a finite number in {self.describe()}, got {value!r}")
-
-
-# Initial (or fixed) values of the scoring parameters. Positive values are kept within [1e-4, 1e4] so that
-# they survive a cast of the model to float16 (whose range ends at 65504 and whose normal numbers start at
-# 6e-5) and n * log1p(b |s|) stays finite in float32 for any score a model produces.
-PARAMETER_LIMITS = (1e-4, 1e4)
-SCORING_FIELD_RULES = (
-    FieldRule("ssa_b_init", *PARAMETER_LIMITS),
-    FieldRule("ssa_n_init", 1.0, PARAMETER_LIMITS[1]),
-    # None: matched to SSA's initial slope, 1 / (ssa_n_init * ssa_b_init) (see ScoringOptions.temperature)
-    FieldRule("temperature_init", *PARAMETER_LIMITS, optional=True),
-    FieldRule("ssmax_s_init", *PARAMETER_LIMITS),
-    # no default: 1.5 would be entmax15 and 2 sparsemax (entmax_alpha refuses to build without it)
-    FieldRule("entmax_alpha_init", 1.0, 2.0, low_open=True, optional=True),
-    # n of sigmoid attention's bias -log(n): a sequence length
-    FieldRule("sigmoid_length", 1.0, math.inf, optional=True),
-    # CosFormer's length scale m: a position count, kept in float32 by the linear kernels
-    FieldRule("cosformer_length", 0.0, math.inf, low_open=True, optional=True),
-)
-
-
-@dataclass
-class ScoringOptions:
-    """Settings of the scoring parameters; the model configs carry the same names as fields."""
-
-    ssa_granularity: str = "head"  # "head" or "layer"
-    ssa_parametrization: str = "softplus"  # "softplus" (b > 0, n >= 1 enforced), "exp" (authors' nanoGPT), "raw" (114M)
-    ssa_b_init: float = 1.0
-    ssa_n_init: float = 1.5
-    ssa_learn_b: bool = True
-    ssa_learn_n: bool = True
-    # None: matched to SSA's initial slope, t = 1 / (ssa_n_init * ssa_b_init) (2/3 with the defaults); never 1
-    # by default, which would make `temperature` a copy of `softmax`
-    temperature_init: float | None = None
-    temperature_learnable: bool = False
-    ssmax_s_init: float = 0.43
-    # required by `entmax_alpha` (no default: 1.5 is `entmax15` and 2 is `sparsemax`, which have their own names)
-    entmax_alpha_init: float | None = None
-    entmax_alpha_learnable: bool = False
-    # sigmoid attention's n in the bias -log(n); None: the config's max_position_embeddings (see from_config)
-    sigmoid_length: float | None = None
-    # CosFormer's length scale m (fixed); None: the config's max_position_embeddings (see from_config)
-    cosformer_length: float | None = None
-    extra: dict = field(default_factory=dict)
-
-    @classmethod
-    def from_config(cls, config) -> "ScoringOptions":
-        names = [f for f in cls.__dataclass_fields__ if f != "extra"]
-        options = cls(**{k: getattr(config, k) for k in names if hasattr(config, k)})
-        if getattr(config, "max_position_embeddings", None):
-            if options.cosformer_length is None:
-                options.cosformer_length = float(config.max_position_embeddings)
-            if options.sigmoid_length is None:
-                options.sigmoid_length = float(config.max_position_embeddings)
-        return options
-
-    def temperature(self) -> float:
-        """The temperature of `temperature`: temperature_init, or SSA's matched 1 / (ssa_n_init * ssa_b_init)."""
-        if self.temperature_init is not None:
-            return float(self.temperature_init)
-        return 1.0 / (self.ssa_n_init * self.ssa_b_init)
-
-    def validate(self) -> None:
-        """Raise ValueError naming the first field outside its declared range (`SCORING_FIELD_RULES`)."""
-        for name, allowed in (("ssa_granularity", GRANULARITIES), ("ssa_parametrization", PARAMETRIZATIONS)):
-            value = getattr(self, name)
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {value!r}{closest_name(value, allowed)}")
-        for name in SCORING_FLAGS:
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        for rule in SCORING_FIELD_RULES:
-            rule.check(getattr(self, rule.field))
-
-
 class ScoringModule(nn.Module):
     """Base of the modules an attention layer keeps its scoring function in (`attention.scoring`)."""
 
@@ -582,58 +439,16 @@ class ScoringModule(nn.Module):
         raise NotImplementedError
 
 
-class ScoringParameters(ScoringModule):
-    """The trainable or fixed parameters of one attention layer's scoring function.
+def register_scoring_function(entry: ScoringFunction | LinearAttention) -> None:
+    """Add an entry (its parameters' config fields, validation and docs follow from its declarations)."""
+    if entry.name in ALL_SCORING_FUNCTIONS:
+        raise ValueError(f"a scoring function named {entry.name!r} is already registered")
+    registry = LINEAR_ATTENTIONS if entry.kind == "linear" else SCORING_FUNCTIONS
+    registry[entry.name] = ALL_SCORING_FUNCTIONS[entry.name] = entry
 
-    `forward()` returns {name: tensor of shape [num_heads]} ready for `ScoringFunction.weights` and the kernels.
-    """
 
-    def __init__(self, scoring: str, num_heads: int, options: ScoringOptions | None = None):
-        super().__init__()
-        options = options or ScoringOptions()
-        options.validate()
-        self.scoring = get_scoring_function(scoring).name
-        self.options = options
-        size = num_heads if options.ssa_granularity == "head" else 1
-        p = options.ssa_parametrization
-        self.params = nn.ModuleDict()
-        if scoring == "ssa":
-            self.params["b"] = ConstrainedParameter(options.ssa_b_init, size, num_heads, options.ssa_learn_b, p, floor=0.0)
-            self.params["n"] = ConstrainedParameter(options.ssa_n_init, size, num_heads, options.ssa_learn_n, p, floor=1.0)
-        elif scoring == "temperature":
-            if options.temperature_init is None and options.temperature() == 1.0:
-                raise ValueError("temperature_init is unset and 1 / (ssa_n_init * ssa_b_init) = 1, which would make "
-                                 "`temperature` plain softmax: set temperature_init")
-            self.params["t"] = ConstrainedParameter(options.temperature(), size, num_heads, options.temperature_learnable, "softplus")
-        elif scoring == "ssmax":
-            self.params["s"] = ConstrainedParameter(options.ssmax_s_init, size, num_heads, True, "softplus")
-        elif scoring == "cosformer":
-            if options.cosformer_length is None:
-                raise ValueError("cosformer needs cosformer_length (its length scale m; models default it to max_position_embeddings)")
-            self.params["m"] = ConstrainedParameter(options.cosformer_length, size, num_heads, False, "softplus")
-        elif scoring == "sigmoid" and options.sigmoid_length is not None:
-            self.params["length"] = ConstrainedParameter(options.sigmoid_length, size, num_heads, False, "softplus")
-        elif scoring == "entmax_alpha":
-            if options.entmax_alpha_init is None:
-                raise ValueError("attention_scoring='entmax_alpha' needs entmax_alpha_init in (1, 2] (there is no default: "
-                                 "1.5 is `entmax15` and 2 is `sparsemax`, which have their own names)")
-            self.params["alpha"] = ConstrainedParameter(options.entmax_alpha_init, size, num_heads, options.entmax_alpha_learnable, "softplus", floor=1.0)
-
-    def initial_values(self) -> dict[str, float]:
-        o = self.options
-        return {"b": o.ssa_b_init, "n": o.ssa_n_init, "t": o.temperature(), "s": o.ssmax_s_init, "alpha": o.entmax_alpha_init,
-                "m": o.cosformer_length, "length": o.sigmoid_length}
-
-    def reset_parameters(self) -> None:
-        init = self.initial_values()
-        for name, param in self.params.items():
-            param.reset(init[name])
-
-    def forward(self) -> Params:
-        values = {name: param() for name, param in self.params.items()}
-        if "alpha" in values:
-            values["alpha"] = values["alpha"].clamp(max=2.0)
-        return values
-
-    def extra_repr(self) -> str:
-        return f"scoring={self.scoring!r}"
+def unregister_scoring_function(name: str) -> None:
+    """Remove an entry added by `register_scoring_function` (tests and experiments)."""
+    ALL_SCORING_FUNCTIONS.pop(name)
+    SCORING_FUNCTIONS.pop(name, None)
+    LINEAR_ATTENTIONS.pop(name, None)

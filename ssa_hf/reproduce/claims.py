@@ -15,7 +15,7 @@ from .verdict import paired_comparison, verdict
 ICL_PAPER = {
     "every": "softmax degrades sharply with large inputs and long prompts; SSA significantly reduces the errors",
     "some": "softmax degrades sharply with large inputs and long prompts; SSA significantly reduces the errors",
-    "linear": "SSA reduces the error under shift, without fully solving shifts of both inputs and functions",
+    "linear_regression": "SSA reduces the error under shift, without fully solving shifts of both inputs and functions",
 }
 ICL_QUALITATIVE = "SSA lower (qualitative: plots, no table)"
 _FIGURES = {(f.section, f.key): f for f in PAPER_FIGURES}
@@ -84,7 +84,7 @@ def _icl_settings(config: dict) -> dict:
     model, train = config["model"], config["train"]
     return {"model": f"{model['layers']} layers, {model['heads']} heads, width {model['width']}",
             "training": f"{train['steps']} steps, batch {train['batch_size']}, lr {train['lr']}",
-            "scoring": ", ".join(config["scoring"]), "seeds": len(config["seeds"])}
+            "scoring": ", ".join(config["attention_scoring"]), "seeds": len(config["seeds"])}
 
 
 # ------------------------------------------------------------------------------------------- language models

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..train.options import ConfigError, from_dict, load_yaml
+from ..options import ConfigError, from_dict, load_yaml
 
 DIRECTIONS = ("lower", "higher")
 SCALES = ("tiny", "cpu", "paper")

@@ -46,8 +46,8 @@ def plan(config: ReproduceConfig) -> list[str]:
     for name, experiment in config.icl.items():
         icl = icl_config(experiment, config)
         m, t = icl.model, icl.train
-        lines.append(f"icl {name}: tasks {icl.tasks}, scoring {icl.scoring} x {len(icl.seeds)} seeds "
-                     f"({len(icl.tasks) * len(icl.scoring) * len(icl.seeds)} runs): {m.layers} layers, {m.heads} heads, "
+        lines.append(f"icl {name}: tasks {icl.tasks}, scoring {icl.attention_scoring} x {len(icl.seeds)} seeds "
+                     f"({len(icl.tasks) * len(icl.attention_scoring) * len(icl.seeds)} runs): {m.layers} layers, {m.heads} heads, "
                      f"width {m.width}, {t.steps} steps, batch {t.batch_size}; primary: {icl.stats.primary.describe()}")
     for kind in ("masked", "causal"):
         experiment = getattr(config, kind)
@@ -155,13 +155,13 @@ def _run_icl(progress: Progress, report_only: bool) -> None:
     config, out = progress.config, progress.out
     for i, (name, experiment) in enumerate(config.icl.items()):
         icl = icl_config(experiment, config)
-        count = len(icl.tasks) * len(icl.scoring) * len(icl.seeds)
+        count = len(icl.tasks) * len(icl.attention_scoring) * len(icl.seeds)
         folder = out.path / "icl" / name
         if report_only:
             results = _finished_icl(folder, icl)
         else:
             logger.info("[ICL %d/%d, %.1f min] %s: %d runs (%s x %d seeds)", i + 1, len(config.icl), progress.minutes(),
-                        name, count, ",".join(icl.scoring), len(icl.seeds))
+                        name, count, ",".join(icl.attention_scoring), len(icl.seeds))
             progress.reused += len(list(folder.glob("runs/*/result.json")))  # run_icl reuses them if unchanged
             results = run_icl(icl, folder, progress=False, plots=False)
         if results is None:

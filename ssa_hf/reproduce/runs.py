@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..reporting import atomic_write_json
-from ..train.options import deep_merge, load_yaml
+from ..options import deep_merge, load_yaml
 from .config import LMExperiment, ReproduceConfig, repository_root
 
 logger = logging.getLogger("ssa_hf.reproduce")
@@ -126,7 +126,7 @@ def _zorro(final: Path, spec: dict) -> dict:
 
 
 def _perplexity(final: Path, spec: dict) -> dict:
-    from ..train.perplexity import evaluate_perplexity
+    from ..evaluation.perplexity import evaluate_perplexity
 
     settings = spec["evaluation"].get("perplexity") or {}
     out_of = settings.get("out_of_distribution")

@@ -1,4 +1,5 @@
-"""The configuration of a pretraining run (`PretrainConfig`), from a YAML file plus command-line overrides."""
+"""The configuration of a pretraining run (`PretrainConfig`), from a YAML file plus command-line overrides
+(through `ssa_hf.options`, the one config loader). Light to import: no torch."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ from typing import Any
 
 import yaml
 
-from ..data.corpus import TASKS, DataConfig
+from ..data.config import TASKS, DataConfig
 from ..data.tokenizer import TokenizerConfig
-from .options import (
+from ..options import (
     ConfigError,
     _field_help,
     add_dataclass_arguments,
     from_dict,
     load_yaml,
+    options_given,
     set_dotted,
     to_dict,
 )
@@ -219,5 +221,4 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> PretrainConfig:
-    overrides = {k: v for k, v in vars(args).items() if k not in NON_CONFIG_ARGS}
-    return load_config(args.config, overrides)
+    return load_config(args.config, options_given(args, exclude=NON_CONFIG_ARGS))

@@ -111,3 +111,31 @@ def test_trained_tokenizer_loads_without_custom_code_or_a_prompt(tmp_path, maske
     assert result.returncode == 0, result.stderr[-2000:]
     assert "custom code" not in result.stdout + result.stderr
     assert result.stdout.strip().splitlines() == [str(expected)] * 3
+
+
+def test_a_trained_tokenizer_folder_loads_with_the_stock_class_alone(tmp_path):
+    """The folder a run saves its tokenizer in (output_dir/tokenizer, checkpoints' tokenizer/) names a stock
+    tokenizer class and no remote code: plain `AutoTokenizer.from_pretrained(folder)`, in a fresh process without
+    ssa_hf and without a terminal, loads it with no trust_remote_code prompt. (A model folder also holds config.json,
+    whose auto_map points at the model's code: transformers' AutoTokenizer reads that config first, so there pass
+    trust_remote_code=False; see docs/pretraining.md.)"""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    tokenizer = train_bpe_tokenizer(["the dog runs", "a cat sits on the mat"] * 40, "masked", vocab_size=300)
+    tokenizer.save_pretrained(str(tmp_path / "tokenizer"))
+    config = json.loads((tmp_path / "tokenizer" / "tokenizer_config.json").read_text())
+    assert "auto_map" not in config and not list((tmp_path / "tokenizer").glob("*.py"))
+    script = ("import sys; from transformers import AutoTokenizer\n"
+              f"t = AutoTokenizer.from_pretrained({str(tmp_path / 'tokenizer')!r})\n"
+              "assert not any(m.startswith('ssa_hf') for m in sys.modules)\n"
+              "print(type(t).__module__.split('.')[0], t('the dog <mask>')['input_ids'])\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                            env=dict(env, HF_HUB_OFFLINE="1"), cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "custom code" not in result.stdout + result.stderr
+    assert result.stdout.split()[0] == "transformers"
+    assert result.stdout.split(" ", 1)[1].strip() == str(tokenizer("the dog <mask>")["input_ids"])

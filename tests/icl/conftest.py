@@ -15,7 +15,7 @@ def tiny_config():
         {
             "name": "test",
             "tasks": ["every"],
-            "scoring": ["softmax", "ssa"],
+            "attention_scoring": ["softmax", "ssa"],
             "seeds": [0, 1],
             "model": {"layers": 1, "heads": 2, "width": 16, "max_points": 32},
             "train": {"steps": 2, "batch_size": 8, "warmup_steps": 0, "checkpoint_every": 1, "log_every": 1,

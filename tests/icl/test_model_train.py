@@ -33,7 +33,7 @@ def test_model_takes_any_scoring_function(scoring):
 def ICLModel_of(scoring, **kw):
     from ssa_hf.icl import ICLModel
 
-    return ICLModel(ICLModelConfig(**{**TINY, **kw, "scoring": scoring}))
+    return ICLModel(ICLModelConfig(**{**TINY, **kw, "attention_scoring": scoring}))
 
 
 def test_attention_only_has_no_mlp():
@@ -53,8 +53,8 @@ def test_model_is_causal():
 
 
 def test_model_config_errors_name_the_field():
-    with pytest.raises(ValueError, match="model.scoring"):
-        ICLModelConfig(scoring="nope").validate()
+    with pytest.raises(ValueError, match="model.attention_scoring"):
+        ICLModelConfig(attention_scoring="nope").validate()
     with pytest.raises(ValueError, match="multiple of model.heads"):
         ICLModelConfig(width=30, heads=4).validate()
     with pytest.raises(ValueError, match="features must have shape"):
@@ -77,7 +77,7 @@ def test_two_step_training_run(tmp_path):
     checkpoint = tmp_path / "run" / CHECKPOINT
     assert (checkpoint / "model.safetensors").is_file() and (checkpoint / "optimizer.safetensors").is_file()
     assert not list(checkpoint.glob("*.pkl")) and not list(checkpoint.glob("*.bin"))  # nothing pickled
-    assert json.loads((checkpoint / "run_spec.json").read_text())["scoring"] == "ssa"
+    assert json.loads((checkpoint / "run_spec.json").read_text())["attention_scoring"] == "ssa"
     assert not any(p.name.startswith(".checkpoint") for p in (tmp_path / "run").iterdir())
     # the SSA parameters were trained
     assert result.scoring_parameters != build_model(spec).scoring_parameters()
@@ -129,12 +129,51 @@ def test_resume_refuses_a_checkpoint_with_more_steps_than_asked(tmp_path):
 
 
 def test_paper_model_size():
-    """The paper preset's backbone: 12 layers, 8 heads, width 256 (about 9.5M parameters with MLPs)."""
+    """The paper preset's backbone: GPT-2 with 12 layers, 8 heads, width 256 (about 9.6M parameters with MLPs)."""
+    from ssa_hf import SSAGPT2Model
     from ssa_hf.icl import ICLModel, preset
 
     config = preset("paper").model
+    model = ICLModel(config)
+    assert isinstance(model.backbone, SSAGPT2Model) and config.backbone == "gpt2"
+    assert len(model.backbone.h) == 12 and model.backbone.config.num_attention_heads == 8
+    # attention (with biases), MLP of 4 x 256 (with biases), two LayerNorms, SSA's b and n (one pair per layer)
+    per_layer = (4 * 256 * 256 + 4 * 256) + (2 * 256 * 1024 + 1024 + 256) + 2 * 2 * 256 + 2
+    embeddings = 1 * 256 + 512 * 256 + 2 * 256  # token placeholder, 2 x 256 learned positions, final LayerNorm
+    assert sum(p.numel() for p in model.parameters()) == 12 * per_layer + embeddings + (256 + 256) + (256 + 1)
+
+
+def test_llama_paper_sized_model_size():
+    """The same size with the Llama backbone (the quick preset's): SwiGLU MLP, RMSNorm, RoPE."""
+    from ssa_hf.icl import ICLModel, preset
+
+    config = preset("paper").model
+    config.backbone = "llama"
     model = ICLModel(config)
     assert len(model.backbone.layers) == 12 and model.backbone.config.num_attention_heads == 8
     # attention, MLP, norms, SSA's b and n (the authors' setting: one pair per layer)
     per_layer = 4 * 256 * 256 + 3 * 256 * 1024 + 2 * 256 + 2
     assert sum(p.numel() for p in model.parameters()) == 12 * per_layer + 256 + 256 + (2 * 256 + 256) + (256 + 1)
+
+
+def test_gpt2_backbone_reads_values_without_slot_flag_and_trains(tmp_path):
+    from ssa_hf import SSAGPT2Model
+
+    model = ICLModel_of("ssa", backbone="gpt2")
+    assert isinstance(model.backbone, SSAGPT2Model) and model.read_in.in_features == 1
+    assert all(block.attn.scoring.scoring == "ssa" for block in model.backbone.h)
+    features = sample_standard("every", 3, 5).features()
+    flipped = features.clone()
+    flipped[..., 1] = 1 - flipped[..., 1]  # the slot flag is not read: absolute positions tell the slots apart
+    with torch.no_grad():
+        torch.testing.assert_close(model(features), model(flipped), rtol=0, atol=0)
+    spec = tiny_spec()
+    spec.model.backbone = "gpt2"
+    trained, result = train_run(spec, tmp_path / "gpt2", device="cpu", progress=False)
+    assert result.steps == 2 and all(torch.isfinite(torch.tensor(h["loss"])) for h in result.history)
+    assert isinstance(trained.backbone, SSAGPT2Model)
+    assert json.loads((tmp_path / "gpt2" / CHECKPOINT / "run_spec.json").read_text())["model"]["backbone"] == "gpt2"
+    with pytest.raises(ValueError, match="attention-only variant exists for backbone 'llama' only"):
+        ICLModel_of("ssa", backbone="gpt2", attention_only=True)
+    with pytest.raises(ValueError, match="unknown backbone 'bert'"):
+        ICLModel_of("ssa", backbone="bert")

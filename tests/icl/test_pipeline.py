@@ -1,9 +1,11 @@
 """The whole experiment on a tiny configuration: results.json, report.md and plots; presets and the CLI."""
 
 import json
+import zlib
 from pathlib import Path
 
 import pytest
+import torch
 
 from ssa_hf.icl import PRESETS, config_from_dict, load_config, preset, run_icl
 
@@ -17,7 +19,7 @@ def test_pipeline_writes_results_report_and_plots(tmp_path, tiny_config):
         "every-softmax-seed0", "every-softmax-seed1", "every-ssa-seed0", "every-ssa-seed1"
     ]
     run = data["runs"][0]
-    assert run["config"]["model"]["scoring"] == "softmax" and run["train"]["steps"] == 2
+    assert run["config"]["model"]["attention_scoring"] == "softmax" and run["train"]["steps"] == 2
     assert set(run["eval"]) == {"sigma_sweep", "length_sweep", "in_distribution"}
     assert len(run["probe"]["attention"]) == 1 and len(run["probe"]["attention"][0]) == 2  # layers, heads
     summary = data["summary"]["every"]["ssa"]
@@ -46,15 +48,27 @@ def test_pipeline_writes_results_report_and_plots(tmp_path, tiny_config):
 
 
 def test_linear_task_pipeline(tmp_path, tiny_config):
-    tiny_config.tasks = ["linear"]
-    tiny_config.scoring = ["ssa"]
-    run_icl(tiny_config, tmp_path, progress=False)
+    tiny_config.tasks = ["linear"]  # (the old name of linear_regression)
+    tiny_config.attention_scoring = ["ssa"]
+    first = run_icl(tiny_config, tmp_path, progress=False)
     data = json.loads((tmp_path / "results.json").read_text())
-    grid = data["summary"]["linear"]["ssa"]["grid"]
+    grid = data["summary"]["linear_regression"]["ssa"]["grid"]
     assert len(grid["mse"]) == 2 and len(grid["mse"][0]) == 2
-    assert set(data["baselines"]["linear"]) == {"zero", "least_squares"}
-    assert (tmp_path / "linear_mse_heatmap.png").is_file()
+    assert set(data["baselines"]["linear_regression"]) == {"zero", "least_squares"}
+    assert (tmp_path / "linear_regression_mse_heatmap.png").is_file()
     assert "MSE, ssa" in (tmp_path / "report.md").read_text()
+    # a run folder written before the renames (old folder name, `scoring` keys) is still resumed and reused
+    runs = tmp_path / "runs"
+    (runs / "linear_regression-ssa-seed0").rename(runs / "linear-ssa-seed0")
+    for path in [runs / "linear-ssa-seed0" / "result.json", runs / "linear-ssa-seed0" / "checkpoint" / "run_spec.json"]:
+        text = path.read_text().replace('"attention_scoring"', '"scoring"').replace('"linear_regression"', '"linear"')
+        path.write_text(text)
+    from ssa_hf.train.checkpoint import write_manifest
+
+    write_manifest(runs / "linear-ssa-seed0" / "checkpoint", step=2)
+    again = run_icl(tiny_config, tmp_path, progress=False, plots=False)
+    assert [r["eval"] for r in again.runs] == [r["eval"] for r in first.runs]
+    assert not (runs / "linear_regression-ssa-seed0").exists()
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -93,8 +107,8 @@ def test_quick_preset_temperature_arm_is_matched_to_ssa():
     quick.model.scoring = "temperature"
     params = ICLModel(quick.model).scoring_parameters()
     ts = [value for layer in params.values() for value in layer["t"]]
-    options = quick.model.backbone_config().scoring_options()
-    assert ts and all(abs(t - 1 / (options.ssa_n_init * options.ssa_b_init)) < 1e-6 for t in ts)
+    options = quick.model.backbone_config().scoring_settings()
+    assert ts and all(abs(t - 1 / (options["ssa_n_init"] * options["ssa_b_init"])) < 1e-6 for t in ts)
 
 
 @pytest.mark.parametrize(
@@ -102,7 +116,7 @@ def test_quick_preset_temperature_arm_is_matched_to_ssa():
     [
         ({"tasks": ["every", "most"]}, "unknown ICL task 'most'"),
         ({"scoring": ["softmax", "nope"]}, "unknown scoring function 'nope'"),
-        ({"train": {"stepz": 3}}, r"train: unknown field\(s\) \['stepz'\]"),
+        ({"train": {"stepz": 3}}, r"unknown config key 'train.stepz'; did you mean 'train.steps'"),
         ({"train": {"curriculum": {"start": 50}}}, "curriculum"),
         ({"eval": {"sigmas": [0]}}, "eval.sigmas"),
         ({"eval": {"lengths": [1000]}}, "max_points"),
@@ -115,19 +129,60 @@ def test_bad_configs_name_what_to_fix(update, message):
         config_from_dict(update, base=preset("quick"))
 
 
-def test_cli_overrides(tmp_path):
+@pytest.mark.parametrize("scoring_option", ["--attention-scoring", "--scoring"])  # (--scoring: the old name)
+def test_cli_overrides(tmp_path, scoring_option):
     from ssa_hf.cli import build_parser
-    from ssa_hf.icl.cli_options import config_from_args
+    from ssa_hf.commands.icl import config_from_args
 
     args = build_parser().parse_args(
-        ["icl", "--preset", "quick", "--scoring", "softmax,ssa,ssmax", "--seeds", "3,4", "--width", "32",
+        ["icl", "--preset", "quick", scoring_option, "softmax,ssa,ssmax", "--seeds", "3,4", "--width", "32",
          "--steps", "7", "--attention-only", "--linear-sigmas", "1,2", "--output-dir", str(tmp_path)]
     )
     config = config_from_args(args)
-    assert config.scoring == ["softmax", "ssa", "ssmax"] and config.seeds == [3, 4]
+    assert config.attention_scoring == ["softmax", "ssa", "ssmax"] and config.seeds == [3, 4]
     assert config.model.width == 32 and config.model.attention_only and config.train.steps == 7
     assert config.eval.linear_sigmas_x == config.eval.linear_sigmas_ab == [1.0, 2.0]
     assert config.model.layers == 2  # untouched fields keep the preset's value
+
+
+def test_every_config_key_is_an_option_and_full_keys_win(tmp_path):
+    from ssa_hf.cli import build_parser
+    from ssa_hf.commands.icl import config_from_args
+
+    args = build_parser().parse_args(["icl", "--train.lr", "3e-4", "--eval.seed", "7", "--steps", "5",
+                                      "--train.steps", "6", "--tasks", "every", "linear"])
+    config = config_from_args(args)
+    assert (config.train.lr, config.eval.seed, config.train.steps) == (3e-4, 7, 6)
+    assert config.tasks == ["every", "linear_regression"]  # (linear: the old name)
+
+
+def test_old_names_are_aliases_with_a_deprecation_warning(caplog):
+    with caplog.at_level("WARNING"):
+        config = config_from_dict({"scoring": ["ssa"], "tasks": ["linear"], "model": {"scoring": "softmax"},
+                                   "stats": {"primary": {"task": "linear", "sweep": "grid", "metric": "mse",
+                                                         "min_value": 1, "treatment": "ssa", "control": "softmax"}}},
+                                  base=preset("quick"))
+    assert config.attention_scoring == ["ssa"] and config.scoring == ["ssa"]  # (the old attribute name reads it)
+    assert config.model.attention_scoring == "softmax" and config.tasks == ["linear_regression"]
+    assert config.stats.primary.task == "linear_regression"
+    assert "config key 'scoring' is deprecated" in caplog.text and "'model.scoring'" in caplog.text
+    with pytest.raises(ValueError, match="name the same setting"):
+        config_from_dict({"scoring": ["ssa"], "attention_scoring": ["ssa"]})
+
+
+def test_renamed_linear_task_keeps_its_prompts():
+    """linear_regression draws the prompts `linear` drew: same training seeds, same test cells (the results of
+    runs before the rename stay reproducible)."""
+    from ssa_hf.icl.evaluate import cell_prompts
+    from ssa_hf.icl.train import data_seed
+
+    assert data_seed("linear_regression", 3) == data_seed("linear", 3) == zlib.crc32(b"icl-train|linear|3")
+    cfg = preset("quick").eval
+    new, old = cell_prompts("linear_regression", False, 2.0, 9, cfg, 3.0), cell_prompts("linear", False, 2.0, 9, cfg, 3.0)
+    assert torch.equal(new.xs, old.xs) and torch.equal(new.ys, old.ys) and new.task == old.task == "linear_regression"
+    generator = torch.Generator().manual_seed(zlib.crc32(b"icl-eval|1234|linear|standard|2.0|9|3.0"))
+    xs = torch.randn((cfg.batches * cfg.batch_size, 9), generator=generator) * 2.0
+    assert torch.equal(new.xs, xs)  # the key of the cell is the one used before the rename
 
 
 def test_cli_reports_bad_options(capsys):

@@ -152,7 +152,7 @@ def test_primary_endpoint_is_skipped_with_a_reason_when_its_arms_did_not_run():
     "primary, message",
     [
         ({"min_value": 100}, "selects no cell"),
-        ({"metric": "mse"}, "linear task"),
+        ({"metric": "mse"}, "task 'every' has sweeps"),
         ({"test": "t"}, "test one of"),
         ({"treatment": "softmax"}, "both 'softmax'"),
     ],

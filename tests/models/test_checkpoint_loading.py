@@ -8,11 +8,9 @@ import math
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+from transformers import AutoModelForCausalLM
 
-from .tiny import build
-
-AUTO = {"llama": AutoModelForCausalLM, "bert": AutoModelForMaskedLM}
+from .tiny import FAMILIES_UNDER_TEST, auto_class, build
 MIXTURE = ["ssa", "temperature", "ssa", "softmax"]
 
 
@@ -31,7 +29,7 @@ def _expected_initial(model):
 
 @pytest.mark.parametrize("trust_remote_code", [False, True], ids=["installed", "remote-code"])
 @pytest.mark.parametrize("scoring", ["ssa", MIXTURE], ids=["ssa", "mixture"])
-@pytest.mark.parametrize("family", ["llama", "bert"])
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
 def test_missing_scoring_parameters_start_at_their_configured_values(family, scoring, trust_remote_code, tmp_path):
     model = build(family, scoring, ssa_b_init=0.7, ssa_n_init=2.5, temperature_init=1.3)
     with torch.no_grad():  # trained values, so that a stale copy could not pass for the initial ones
@@ -40,7 +38,7 @@ def test_missing_scoring_parameters_start_at_their_configured_values(family, sco
                 p.add_(0.9)
     model.save_pretrained(tmp_path)
     _rewrite_weights(tmp_path, lambda w: {k: v for k, v in w.items() if ".scoring." not in k})
-    loaded = AUTO[family].from_pretrained(tmp_path, trust_remote_code=trust_remote_code)
+    loaded = auto_class(family).from_pretrained(tmp_path, trust_remote_code=trust_remote_code)
     values = loaded.scoring_parameters()
     assert values and values.keys() == model.scoring_parameters().keys()
     expected = _expected_initial(loaded)
@@ -55,7 +53,7 @@ BAD_RAW = [(float("nan"), "not finite"), (float("inf"), "not finite"), (-1e4, "m
 
 
 @pytest.mark.parametrize("value,message", BAD_RAW, ids=["nan", "inf", "underflow-to-zero"])
-@pytest.mark.parametrize("family", ["llama", "bert"])
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
 def test_non_finite_or_out_of_range_learnable_b_is_refused_naming_the_layer(family, value, message, tmp_path):
     build(family, "ssa").save_pretrained(tmp_path)
 
@@ -65,8 +63,8 @@ def test_non_finite_or_out_of_range_learnable_b_is_refused_naming_the_layer(fami
         return weights
 
     _rewrite_weights(tmp_path, damage)
-    with pytest.raises(ValueError, match=rf"layers?\.1\..*scoring\.b: {message}"):
-        AUTO[family].from_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=rf"(layers?|h)\.1\..*scoring\.b: {message}"):
+        auto_class(family).from_pretrained(tmp_path)
 
 
 @pytest.mark.parametrize("name,value,message", [("b", -0.5, "must be > 0"), ("n", 0.5, "must be >= 1"),
@@ -86,7 +84,7 @@ def test_fixed_parameters_out_of_range_are_refused(name, value, message, tmp_pat
 
 def test_exp_parametrisation_allows_n_below_one(tmp_path):
     """The authors' exp parametrisation does not enforce n >= 1 (docs): such a checkpoint loads."""
-    model = build("llama", "ssa", ssa_parametrization="exp")
+    model = build("llama", "ssa", scoring_parametrization="exp")
     with torch.no_grad():
         model.model.layers[0].self_attn.scoring.params["n"].raw.fill_(-0.2)  # n = 0.82
     model.save_pretrained(tmp_path)

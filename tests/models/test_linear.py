@@ -14,7 +14,8 @@ from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, DynamicCach
 
 from ssa_hf.models.attention import BACKENDS, scored_attention, supported_backends
 from ssa_hf.models.linear import LINEAR_ATTENTIONS, LinearMask, linear_mask
-from ssa_hf.models.scoring import ALL_SCORING_FUNCTIONS, SCORING_FUNCTIONS, ScoringOptions, ScoringParameters, get_scoring_function
+from ssa_hf.models.scoring import ALL_SCORING_FUNCTIONS, SCORING_FUNCTIONS, get_scoring_function
+from ssa_hf.models.settings import ScoringParameters, resolve_settings, validate_settings
 
 from .tiny import bert_config, build, llama_config, tiny_tokenizer
 
@@ -195,12 +196,11 @@ def test_registry_backends_and_refusals():
             continue  # this backend is unavailable here for any scoring function
         with pytest.raises(NotImplementedError, match="linear attention, which runs in linear time on backend 'eager'"):
             scored_attention(q, k, v, "linear", enable_gqa=True, backend=backend)
-    options = ScoringOptions(cosformer_length=32)
-    assert ScoringParameters("cosformer", 4, options)()["m"].tolist() == [32.0] * 4
-    assert list(ScoringParameters("cosformer", 4, options).parameters()) == [], "m is fixed (a buffer)"
+    assert ScoringParameters("cosformer", 4, cosformer_length=32)()["m"].tolist() == [32.0] * 4
+    assert list(ScoringParameters("cosformer", 4, cosformer_length=32).parameters()) == [], "m is fixed (a buffer)"
     assert dict(ScoringParameters("linear", 4)()) == {}
     with pytest.raises(ValueError, match="cosformer_length"):
-        ScoringOptions(cosformer_length=0.0).validate()
+        validate_settings(resolve_settings(cosformer_length=0.0))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -376,8 +376,8 @@ def test_standard_names_run_linear_attention(requested, runs):
 def test_config_accepts_the_names_and_validates_cosformer_length(family):
     make = llama_config if family == "llama" else bert_config
     config = make(attention_scoring="cosformer")
-    assert config.scoring_options().cosformer_length == config.max_position_embeddings
-    assert make(attention_scoring="cosformer", cosformer_length=512).scoring_options().cosformer_length == 512
+    assert ScoringParameters("cosformer", 2, config).initial_values() == {"m": config.max_position_embeddings}
+    assert ScoringParameters("cosformer", 2, make(attention_scoring="cosformer", cosformer_length=512)).initial_values() == {"m": 512}
     with pytest.raises(ValueError, match="cosformer_length"):
         make(attention_scoring="cosformer", cosformer_length=-1)
     with pytest.raises(ValueError, match="attention_scoring"):

@@ -3,6 +3,7 @@ code, padding and cache equivalence, generate, compile. Trainer, pipelines, grad
 behaviours tools expect of transformers classes are in test_transformers_behaviour.py."""
 
 import copy
+import dataclasses
 import json
 import subprocess
 import sys
@@ -10,31 +11,34 @@ import textwrap
 
 import pytest
 import torch
+import transformers
 from transformers import (
-    AutoModel,
     AutoModelForCausalLM,
     AutoModelForMaskedLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
     DynamicCache,
-    LlamaConfig,
-    LlamaForCausalLM,
     pipeline,
 )
 
-from ssa_hf import (
-    SSABertConfig,
-    SSABertForSequenceClassification,
-    SSABertModel,
-    SSALlamaConfig,
-    SSALlamaForSequenceClassification,
-    SSALlamaModel,
+from ssa_hf.models.families import FAMILIES
+
+from .tiny import (
+    CAUSAL_FAMILIES,
+    FAMILIES_UNDER_TEST,
+    TINY_CONFIGS,
+    auto_class,
+    bert_config,
+    build,
+    is_causal,
+    llama_config,
+    spec,
+    tiny_config,
+    tiny_tokenizer,
 )
 
-from .tiny import bert_config, build, llama_config, tiny_tokenizer
-
 SCORINGS = ["ssa", "softmax", "temperature", "sigmoid", "linear", "cosformer", ["ssa", "softmax", "ssa", "sparsemax"]]
-CASES = [(family, s) for family in ("llama", "bert") for s in SCORINGS]
+CASES = [(family, s) for family in FAMILIES_UNDER_TEST for s in SCORINGS]
 IDS = [f"{f}-{s if isinstance(s, str) else 'mixture'}" for f, s in CASES]
 
 
@@ -42,7 +46,7 @@ def batch_for(model, length=11, left_pad=None):
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(5, model.config.vocab_size, (3, length), generator=g)
     mask = torch.ones_like(ids)
-    left_pad = model.config.model_type == "ssa_llama" if left_pad is None else left_pad
+    left_pad = model.can_generate() if left_pad is None else left_pad  # causal LMs: left padding
     if left_pad:
         mask[0, :4] = 0
     else:
@@ -56,7 +60,7 @@ def positions(mask):
 
 
 def forward(model, ids, mask, **kw):
-    if model.config.model_type == "ssa_llama":
+    if model.can_generate():  # causal LMs are left-padded: positions from the mask
         kw.setdefault("position_ids", positions(mask))
     return model(input_ids=ids, attention_mask=mask, **kw)
 
@@ -101,8 +105,7 @@ def test_save_load_roundtrip_keeps_scoring(family, scoring, tmp_path):
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["attention_scoring"] == scoring and "auto_map" in config
     assert (tmp_path / "model.safetensors").exists()
-    auto = AutoModelForCausalLM if family == "llama" else AutoModelForMaskedLM
-    loaded = auto.from_pretrained(tmp_path).eval()
+    loaded = auto_class(family).from_pretrained(tmp_path).eval()
     assert loaded.config._attn_implementation == "ssa_auto"
     assert loaded.scoring_parameters() == model.scoring_parameters()
     with torch.no_grad():
@@ -113,15 +116,16 @@ REMOTE_SCRIPT = textwrap.dedent(
     """
     import json, sys, torch
     sys.modules["ssa_hf"] = None  # ssa-hf must not be importable: the checkpoint alone has to suffice
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+    import transformers
+    from transformers import AutoTokenizer
     cases = json.loads(sys.argv[1])
-    for folder, kind in cases:
-        auto = AutoModelForCausalLM if kind == "llama" else AutoModelForMaskedLM
+    for folder, auto_name, causal in cases:
+        auto = getattr(transformers, auto_name)
         model = auto.from_pretrained(folder, trust_remote_code=True).eval()
         assert "transformers_modules" in type(model).__module__, type(model).__module__
         tok = AutoTokenizer.from_pretrained(folder)
         data = torch.load(folder + "/inputs.pt")
-        kw = {"position_ids": data["pos"]} if kind == "llama" else {}
+        kw = {"position_ids": data["pos"]} if causal else {}
         with torch.no_grad():
             logits = model(input_ids=data["ids"], attention_mask=data["mask"], **kw).logits
         torch.save({"logits": logits, "impl": model.config._attn_implementation, "vocab": len(tok)}, folder + "/remote.pt")
@@ -131,30 +135,31 @@ REMOTE_SCRIPT = textwrap.dedent(
 
 def test_remote_code_loads_without_ssa_hf(tmp_path):
     cases = []
-    for family, scoring in [("llama", "ssa"), ("bert", "ssa"), ("llama", ["ssa", "softmax", "ssa", "sparsemax"])]:
+    for family, scoring in [*((f, "ssa") for f in FAMILIES_UNDER_TEST), ("llama", ["ssa", "softmax", "ssa", "sparsemax"])]:
         model = build(family, scoring)
         folder = tmp_path / f"{family}-{len(cases)}"
         model.save_pretrained(folder)
         # the CPU kernels travel with the weights: blockwise.py and the C source it compiles (native.py)
-        assert (folder / "blockwise.py").is_file() and (folder / "native.py").is_file()
-        tiny_tokenizer(masked=family == "bert").save_pretrained(folder)
+        assert all((folder / name).is_file() for name in ("blockwise.py", "native.py", "native_math.py", "native_kernels.py"))
+        tiny_tokenizer(masked=not is_causal(family)).save_pretrained(folder)
         ids, mask = batch_for(model)
         with torch.no_grad():
             logits = forward(model, ids, mask).logits
         torch.save({"ids": ids, "mask": mask, "pos": positions(mask), "logits": logits}, folder / "inputs.pt")
-        cases.append((str(folder), family))
+        cases.append((str(folder), auto_class(family).__name__, is_causal(family)))
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf_home")}
     result = subprocess.run([sys.executable, "-c", REMOTE_SCRIPT, json.dumps(cases)], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    for folder, _ in cases:
+    for folder, _, _ in cases:
         remote = torch.load(folder + "/remote.pt")
         assert remote["impl"] == "ssa_auto"
         torch.testing.assert_close(remote["logits"], torch.load(folder + "/inputs.pt")["logits"], atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("scoring", ["ssa", "softmax", ["ssa", "softmax", "ssa", "temperature"]], ids=["ssa", "softmax", "mixture"])
-def test_chunked_prefill_and_decoding_match_full_forward(scoring):
-    model = build("llama", scoring)
+@pytest.mark.parametrize("family", CAUSAL_FAMILIES)
+def test_chunked_prefill_and_decoding_match_full_forward(family, scoring):
+    model = build(family, scoring)
     ids, mask = batch_for(model, length=14)
     with torch.no_grad():
         full = forward(model, ids, mask).logits
@@ -170,10 +175,11 @@ def test_chunked_prefill_and_decoding_match_full_forward(scoring):
     torch.testing.assert_close(incremental[real], full[real], atol=2e-3, rtol=1e-3)
 
 
-def test_generate_greedy_batched_left_padding_equals_individual():
+@pytest.mark.parametrize("family", CAUSAL_FAMILIES)
+def test_generate_greedy_batched_left_padding_equals_individual(family):
     tok = tiny_tokenizer()
     tok.padding_side = "left"
-    model = build("llama", "ssa")
+    model = build(family, "ssa")
     prompts = ["the cat sat", "every child likes some toys and"]
     batch = tok(prompts, return_tensors="pt", padding=True)
     with torch.no_grad():
@@ -196,13 +202,21 @@ def test_torch_compile_forward_and_backward():
     assert all(p.grad is not None for n, p in model.named_parameters() if ".scoring." in n)
 
 
-def test_softmax_model_equals_stock_llama():
-    """With attention_scoring='softmax', our attention path reproduces transformers' Llama exactly."""
-    model = build("llama", "softmax")
-    cfg = model.config
-    stock = LlamaForCausalLM(LlamaConfig(**{k: getattr(cfg, k) for k in (
-        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-        "num_key_value_heads", "max_position_embeddings", "pad_token_id", "bos_token_id", "eos_token_id")}), ).eval()
+def _stock_twin(family, config):
+    """The stock transformers model of a family's default head (the family table's stock source), with every field
+    the stock config class has copied from `config` (ssa-hf configs subclass the stock ones)."""
+    sources = spec(family).stock_sources
+    name = next(arch for archs in sources.values() for arch, task in archs.items() if task == spec(family).default_task)
+    cls = getattr(transformers, name)
+    fields = {f.name for f in dataclasses.fields(cls.config_class)} - {"architectures", "auto_map"}
+    return cls(cls.config_class(**{k: getattr(config, k) for k in fields if hasattr(config, k)})).eval()
+
+
+@pytest.mark.parametrize("family", CAUSAL_FAMILIES)
+def test_softmax_model_equals_stock_model(family):
+    """With attention_scoring='softmax', our attention path reproduces transformers' own model exactly."""
+    model = build(family, "softmax")
+    stock = _stock_twin(family, model.config)
     stock.load_state_dict(model.state_dict())
     ids, mask = batch_for(model)
     with torch.no_grad():
@@ -212,7 +226,7 @@ def test_softmax_model_equals_stock_llama():
         torch.testing.assert_close(forward(model, ids, mask).logits, forward(stock, ids, mask).logits, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("family", ["llama", "bert"])
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
 def test_ssa_model_differs_from_its_softmax_twin(family):
     ssa, softmax = build(family, "ssa"), build(family, "softmax")
     softmax.load_state_dict(ssa.state_dict(), strict=False)
@@ -221,7 +235,7 @@ def test_ssa_model_differs_from_its_softmax_twin(family):
         assert (forward(ssa, ids, mask).logits - forward(softmax, ids, mask).logits).abs().max() > 1e-2
 
 
-@pytest.mark.parametrize("family", ["llama", "bert"])
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
 def test_attention_maps_with_ssa_eager(family):
     model = build(family, "ssa")
     model.set_attn_implementation("ssa_eager")
@@ -258,26 +272,33 @@ def test_implementation_that_cannot_run_scoring_is_refused(family, scoring, impl
     "overrides,field",
     [({"attention_scoring": "softmaxx"}, "attention_scoring"), ({"ssa_b_init": 0.0}, "ssa_b_init"),
      ({"ssa_n_init": 0.9}, "ssa_n_init"), ({"attention_scoring": ["ssa", "softmax"]}, "attention_scoring"),
-     ({"ssa_granularity": "row"}, "ssa_granularity")],
+     ({"scoring_granularity": "row"}, "scoring_granularity"), ({"ssa_granularity": "row"}, "scoring_granularity")],
 )
-@pytest.mark.parametrize("family", ["llama", "bert"])
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
 def test_invalid_config_names_the_field(family, overrides, field):
     with pytest.raises(ValueError, match=field):
-        (llama_config if family == "llama" else bert_config)(**overrides)
+        tiny_config(family, **overrides)
 
 
-def test_auto_classes_and_task_heads():
-    lcfg, bcfg = llama_config(), bert_config()
-    assert isinstance(AutoModel.from_config(lcfg), SSALlamaModel)
-    assert isinstance(AutoModel.from_config(bcfg), SSABertModel)
-    for cfg, cls in ((lcfg, SSALlamaForSequenceClassification), (bcfg, SSABertForSequenceClassification)):
-        cfg.num_labels = 3
-        model = AutoModelForSequenceClassification.from_config(cfg)
-        assert isinstance(model, cls)
-        ids = torch.randint(5, cfg.vocab_size, (2, 7))
-        out = model(input_ids=ids, labels=torch.tensor([0, 2]))
-        assert out.logits.shape == (2, 3) and torch.isfinite(out.loss)
-    assert isinstance(lcfg, SSALlamaConfig) and isinstance(bcfg, SSABertConfig)
+def test_every_family_has_a_tiny_config():
+    assert set(TINY_CONFIGS) == set(FAMILIES_UNDER_TEST)
+
+
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+def test_auto_classes_and_task_heads(family):
+    """Every head of the family table loads through its Auto class from the family's config."""
+    from ssa_hf.models.families import TASKS
+
+    config = tiny_config(family)
+    assert isinstance(config, spec(family).config_class)
+    assert type(transformers.AutoConfig.for_model(spec(family).name)) is spec(family).config_class
+    for task, cls in spec(family).model_classes.items():
+        assert type(TASKS[task].auto_class.from_config(copy.deepcopy(config))) is cls, task
+    config.num_labels = 3
+    model = AutoModelForSequenceClassification.from_config(config)
+    ids = torch.randint(5, config.vocab_size, (2, 7))
+    out = model(input_ids=ids, labels=torch.tensor([0, 2]))
+    assert out.logits.shape == (2, 3) and torch.isfinite(out.loss)
 
 
 def test_attention_only_variant_has_no_mlp():
@@ -287,7 +308,7 @@ def test_attention_only_variant_has_no_mlp():
     assert torch.isfinite(forward(model, ids, mask, labels=ids).loss)
 
 
-@pytest.mark.parametrize("family", ["llama", "bert"])
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
 def test_fully_padded_sequence_gives_finite_outputs(family):
     model = build(family, "ssa")
     ids, mask = batch_for(model)

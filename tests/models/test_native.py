@@ -169,3 +169,20 @@ def test_non_finite_inputs_propagate_like_the_torch_path():
     dec = blockwise_attention(q[:, :, -1:], k_bad, v, b, n, attn_mask=mask)
     clean = blockwise_attention(q[:, :, -1:], k, v, b, n, attn_mask=mask)
     torch.testing.assert_close(dec, clean)
+
+
+def test_kernel_runs_on_torchs_thread_pool():
+    """The kernel's parallel region really runs on torch's pool: as many threads as torch.set_num_threads says
+    (compiled without -fopenmp, ATen's header-only parallel_for is a serial loop), and no second OpenMP runtime
+    is linked into the library."""
+    ops = native.load_kernels()
+    assert ops is not None, "the fused CPU kernel did not build"
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            assert ops.parallel_width(16) == threads
+    finally:
+        torch.set_num_threads(before)
+    libraries = [line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line or "libomp" in line]
+    assert len(set(libraries)) <= 1, f"more than one OpenMP runtime loaded: {sorted(set(libraries))}"

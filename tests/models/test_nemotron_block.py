@@ -103,7 +103,7 @@ def test_partial_rope_equals_nemotrons_up_to_a_permutation_of_head_dimensions():
 
 
 def test_save_load_and_generate(tmp_path):
-    m = model(**NEMOTRON, ssa_granularity="layer", ssa_parametrization="raw", ssa_b_init=0.8, ssa_learn_b=False)
+    m = model(**NEMOTRON, scoring_granularity="layer", scoring_parametrization="raw", ssa_b_init=0.8, ssa_learn_b=False)
     ids = torch.randint(0, 64, (1, 6))
     m.save_pretrained(tmp_path)
     loaded = SSALlamaForCausalLM.from_pretrained(tmp_path).eval()
@@ -119,7 +119,7 @@ def test_save_load_and_generate(tmp_path):
 
 
 def test_raw_n_is_unclamped_and_loads_below_one(tmp_path):
-    m = model(ssa_granularity="layer", ssa_parametrization="raw", ssa_b_init=0.8, ssa_learn_b=False, ssa_n_init=1.5)
+    m = model(scoring_granularity="layer", scoring_parametrization="raw", ssa_b_init=0.8, ssa_learn_b=False, ssa_n_init=1.5)
     scoring = m.model.layers[0].self_attn.scoring
     assert torch.allclose(scoring()["n"], torch.tensor([1.5, 1.5]))
     with torch.no_grad():
@@ -147,7 +147,7 @@ def test_raw_n_is_unclamped_and_loads_below_one(tmp_path):
      "rope_type 'default' only"),
     ({"partial_rotary_factor": 0.5, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.25}},
      "disagrees"),
-    ({"ssa_parametrization": "clamped"}, "ssa_parametrization must be one of"),
+    ({"scoring_parametrization": "clamped"}, "scoring_parametrization must be one of"),
 ])
 def test_bad_values_are_refused_with_the_field_named(bad, message):
     with pytest.raises(ValueError, match=message):

@@ -5,7 +5,9 @@ import math
 import pytest
 import torch
 
-from ssa_hf.models.scoring import SCORING_FUNCTIONS, ConstrainedParameter, ScoringOptions, ScoringParameters
+from ssa_hf.models.parameters import ConstrainedParameter
+from ssa_hf.models.scoring import SCORING_FUNCTIONS
+from ssa_hf.models.settings import ScoringParameters, resolve_settings, validate_settings
 
 HEADS = 3
 PARAMS = {
@@ -18,7 +20,7 @@ PARAMS = {
 
 
 def _params(spec):
-    return {k: PARAMS[k] for k in spec.parameters}
+    return {k: PARAMS[k] for k in spec.parameter_names if k in PARAMS}
 
 
 def _mask(shape):
@@ -94,41 +96,41 @@ def test_ssa_gradients_for_b_and_n_match_closed_form():
 @pytest.mark.parametrize("parametrization", ["softplus", "exp"])
 @pytest.mark.parametrize("granularity", ["head", "layer"])
 def test_parameters_initial_values_and_shapes(parametrization, granularity):
-    options = ScoringOptions(ssa_granularity=granularity, ssa_parametrization=parametrization, ssa_b_init=0.8, ssa_n_init=2.0)
-    params = ScoringParameters("ssa", 4, options)()
+    options = dict(scoring_granularity=granularity, scoring_parametrization=parametrization, ssa_b_init=0.8, ssa_n_init=2.0)
+    params = ScoringParameters("ssa", 4, **options)()
     assert params["b"].shape == (4,) and params["n"].shape == (4,)
     torch.testing.assert_close(params["b"], torch.full((4,), 0.8))
     torch.testing.assert_close(params["n"], torch.full((4,), 2.0))
-    trainable = sum(p.numel() for p in ScoringParameters("ssa", 4, options).parameters())
+    trainable = sum(p.numel() for p in ScoringParameters("ssa", 4, **options).parameters())
     assert trainable == (8 if granularity == "head" else 2)
 
 
 def test_softplus_keeps_b_positive_and_n_at_least_one_under_adversarial_updates():
-    module = ScoringParameters("ssa", 2, ScoringOptions(ssa_n_init=1.0))
+    module = ScoringParameters("ssa", 2, ssa_n_init=1.0)
     with torch.no_grad():
         for p in module.parameters():
             p.fill_(-50.0)  # what a diverging optimiser could do
     values = module()
     assert (values["b"] > 0).all() and (values["n"] >= 1).all()
     # a learnable n initialised at exactly 1 starts just above it, with a finite raw value
-    fresh = ScoringParameters("ssa", 2, ScoringOptions(ssa_n_init=1.0))()
+    fresh = ScoringParameters("ssa", 2, ssa_n_init=1.0)()
     assert ((fresh["n"] > 1) & (fresh["n"] < 1.01)).all()
 
 
 def test_fixed_parameters_are_buffers():
-    module = ScoringParameters("ssa", 2, ScoringOptions(ssa_learn_b=False, ssa_learn_n=False, ssa_b_init=0.8, ssa_n_init=1.5))
+    module = ScoringParameters("ssa", 2, ssa_learn_b=False, ssa_learn_n=False, ssa_b_init=0.8, ssa_n_init=1.5)
     assert list(module.parameters()) == []
     assert set(module.state_dict()) == {"params.b.value", "params.n.value"}
 
 
 @pytest.mark.parametrize(
     "field,value",
-    [("ssa_b_init", 0.0), ("ssa_b_init", -1.0), ("ssa_n_init", 0.5), ("ssa_b_init", math.nan), ("ssa_granularity", "token"),
-     ("ssa_parametrization", "sigmoid"), ("temperature_init", 0.0), ("entmax_alpha_init", 2.5)],
+    [("ssa_b_init", 0.0), ("ssa_b_init", -1.0), ("ssa_n_init", 0.5), ("ssa_b_init", math.nan), ("scoring_granularity", "token"),
+     ("scoring_parametrization", "sigmoid"), ("temperature_init", 0.0), ("entmax_alpha_init", 2.5)],
 )
 def test_invalid_options_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
-        ScoringOptions(**{field: value}).validate()
+        validate_settings(resolve_settings(**{field: value}))
 
 
 def test_unknown_scoring_function():

@@ -5,11 +5,13 @@ import math
 
 import pytest
 
-from ssa_hf import SSABertConfig, SSALlamaConfig, ScoringOptions
+from ssa_hf import SSALlamaConfig
+from ssa_hf.models.families import FAMILY_SPECS
+from ssa_hf.models.settings import resolve_settings, validate_settings
 from ssa_hf.presets import load_model_config, load_preset
 
 TINY = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
-FAMILIES = [SSALlamaConfig, SSABertConfig]
+FAMILIES = [spec.config_class for spec in FAMILY_SPECS]  # every family of the table
 
 NAN, INF = float("nan"), float("inf")
 # (field, bad value, what the message must say)
@@ -25,8 +27,11 @@ BAD_FIELDS = [
     ("ssa_n_init", None, r"ssa_n_init must be a number .* got None"),
     ("ssa_learn_b", "yes", "ssa_learn_b must be true or false, got 'yes'"),
     ("temperature_learnable", 1, "temperature_learnable must be true or false"),
-    ("ssa_granularity", "heads", r"ssa_granularity must be one of \('head', 'layer'\), got 'heads'; did you mean 'head'\?"),
-    ("ssa_parametrization", "softpluss", "did you mean 'softplus'"),
+    ("scoring_granularity", "heads", r"scoring_granularity must be one of \('head', 'layer'\), got 'heads'; did you mean 'head'\?"),
+    ("scoring_parametrization", "softpluss", "did you mean 'softplus'"),
+    # the names of configs saved before the rename are still read, and checked under the new name
+    ("ssa_granularity", "heads", r"scoring_granularity must be one of \('head', 'layer'\), got 'heads'"),
+    ("ssa_parametrization", "softpluss", "scoring_parametrization .*did you mean 'softplus'"),
     ("attention_scoring", "sssa", "unknown scoring function 'sssa'; did you mean 'ssa'"),
     ("attention_scoring", "entmax-15", "did you mean 'entmax15'"),
     ("attention_scoring", [], "empty list"),
@@ -46,7 +51,7 @@ def test_bad_scoring_field_is_refused_at_config_time(family, field, value, messa
 def test_scoring_options_refuse_the_same_values(field, value, message):
     # the remote-code unit and the functional layer check through the same declarations
     with pytest.raises(ValueError, match=message):
-        ScoringOptions(**{field: value}).validate()
+        validate_settings(resolve_settings(**{field: value}))
 
 
 FIELD_SCORING = {"ssa_b_init": "ssa", "ssa_n_init": "ssa", "entmax_alpha_init": "entmax_alpha",

@@ -43,7 +43,7 @@ def test_compiled_flex_takes_scalar_parameters(compiled_flex):
 
 def test_compiled_flex_runs_a_per_layer_model(compiled_flex):
     config = SSALlamaConfig(vocab_size=64, hidden_size=HEADS * DIM, intermediate_size=32, num_hidden_layers=1,
-                            num_attention_heads=HEADS, num_key_value_heads=HEADS, ssa_granularity="layer",
+                            num_attention_heads=HEADS, num_key_value_heads=HEADS, scoring_granularity="layer",
                             ssa_n_init=2.0, attn_implementation="ssa_flex")
     model = SSALlamaForCausalLM(config).eval()
     ids = torch.randint(0, 64, (1, LENGTH), generator=torch.Generator().manual_seed(0))

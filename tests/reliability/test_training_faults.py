@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 from ssa_hf.cli import main
 from ssa_hf.train import ConfigError, list_checkpoints, pretrain
-from ssa_hf.train import loop
+from ssa_hf.train import loop, setup
 from ssa_hf.train.lock import RunLock, RunLockedError
 from ssa_hf.train.state import NonFiniteError
 
@@ -52,7 +52,7 @@ def test_cli_rejects_learning_rate_inf(corpora, tmp_path, capsys):
 
 def _poison(monkeypatch, what: str, at_step: int):
     """Make the loss (or one gradient) NaN at training step `at_step`, through hooks on the run's model."""
-    original = loop.build_model_for
+    original = setup.build_model_for
 
     def build(config, tokenizer):
         model = original(config, tokenizer)
@@ -74,7 +74,7 @@ def _poison(monkeypatch, what: str, at_step: int):
             next(model.parameters()).register_hook(grad_hook)
         return model
 
-    monkeypatch.setattr(loop, "build_model_for", build)
+    monkeypatch.setattr(setup, "build_model_for", build)
 
 
 def _all_checkpoints_finite(output_dir) -> bool:

@@ -8,7 +8,7 @@ import pytest
 
 from ssa_hf.reproduce import config_from_dict, load_config, plan, scale_config_path
 from ssa_hf.reproduce.pipeline import icl_config
-from ssa_hf.train.options import ConfigError
+from ssa_hf.options import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,7 +29,7 @@ def test_shipped_scales_load_and_declare_every_primary(scale):
 
 def test_the_every_experiment_has_the_temperature_matched_control():
     config = load_config(scale_config_path("cpu"))
-    assert "temperature" in icl_config(config.icl["every"], config).scoring
+    assert "temperature" in icl_config(config.icl["every"], config).attention_scoring
 
 
 @pytest.mark.parametrize("change,message", [

@@ -40,7 +40,7 @@ def tiny_config(root) -> dict:
     write_zorro(data / "zorro")
     write_text(data / "ood.txt", [" ".join(sentences(12, seed=k)) for k in range(20)])
     masked, causal = _pretrain_files(root)
-    icl = {"preset": "quick", "tasks": ["every"], "scoring": ["softmax", "ssa"], "seeds": [0, 1],
+    icl = {"preset": "quick", "tasks": ["every"], "attention_scoring": ["softmax", "ssa"], "seeds": [0, 1],
            "model": {"layers": 1, "heads": 2, "width": 16, "max_points": 32},
            "train": {"steps": 2, "batch_size": 8, "warmup_steps": 0, "checkpoint_every": 1, "log_every": 1,
                      "curriculum": {"start": 5, "end": 7, "increment": 2, "interval": 1}},

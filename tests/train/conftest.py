@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ssa_hf.train import PretrainConfig, load_config, pretrain
-from ssa_hf.train.options import deep_merge
+from ssa_hf.options import deep_merge
 
 from ..data.fixtures import documents, sentences, write_jsonl, write_text
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ssa_hf.train import ConfigError, PretrainConfig, add_pretrain_arguments, config_from_args, load_config
-from ssa_hf.train.options import coerce, load_yaml, parse_scalar
+from ssa_hf.options import coerce, load_yaml, parse_scalar
 
 from ..conftest import requires_shared_data
 
@@ -91,7 +91,7 @@ def test_script_help_lists_the_options(capsys):
 def test_shipped_configs_load_and_build(path):
     config = load_config(path)
     assert isinstance(config, PretrainConfig)
-    from ssa_hf.train.loop import model_config_for
+    from ssa_hf.train.setup import model_config_for
 
     model_config = model_config_for(config)  # preset exists, family matches the task, positions suffice
     if config.model.attention_scoring:

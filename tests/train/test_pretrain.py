@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
 from ssa_hf.train import ConfigError, list_checkpoints, pretrain, push_final
-from ssa_hf.train.loop import evaluate, prepare_validation
+from ssa_hf.train.validation import evaluate, prepare_validation
 
 from .conftest import tiny_config
 
@@ -114,12 +114,23 @@ def test_softmax_twin_and_push_dry_run(corpora, tmp_path):
     assert not any(f.startswith("checkpoints") for f in push.files)
 
 
+def test_every_causal_family_of_the_table_pretrains(corpora, tmp_path):
+    """`task: causal` takes any family whose default head is a causal LM (ssa_gpt2 besides ssa_llama)."""
+    config = tiny_config("causal", corpora, tmp_path / "run", max_steps=2, eval_steps=0, save_steps=0,
+                         model={"preset": "tiny_gpt2"})
+    result = pretrain(config)
+    assert result.steps == 2 and result.metrics["scoring_parameters"]
+    from transformers import AutoModelForCausalLM
+
+    assert type(AutoModelForCausalLM.from_pretrained(result.final_dir)).__name__ == "SSAGPT2LMHeadModel"
+
+
 def test_bad_configs_name_the_key(corpora, tmp_path):
     with pytest.raises(ConfigError, match="did you mean 'max_steps'"):
         tiny_config("causal", corpora, tmp_path, max_step=3)
     with pytest.raises(ConfigError, match="block_size=200 exceeds the model's max_position_embeddings=128"):
         pretrain(tiny_config("causal", corpora, tmp_path / "a", data={"block_size": 200}))
-    with pytest.raises(ConfigError, match="task 'causal' needs a ssa_llama preset"):
+    with pytest.raises(ConfigError, match="task 'causal' needs a ssa_llama preset or ssa_gpt2 preset"):
         pretrain(tiny_config("causal", corpora, tmp_path / "b", model={"preset": "tiny_bert"}))
 
 
@@ -160,3 +171,26 @@ def test_bench_throughput_from_the_log():
     assert _tokens_per_second(history, warmup=1) == pytest.approx(200 / 3)
     with pytest.raises(ValueError, match="no timed steps"):
         _tokens_per_second(history, warmup=3)
+
+
+def test_a_log_file_gets_plain_lines_not_progress_bar_escapes(corpora, tmp_path):
+    """`ssa-hf pretrain` with stderr to a file: no carriage returns or ANSI escapes, a plain line per logging step."""
+    import os
+    import subprocess
+    import sys
+
+    from ..conftest import REPO
+
+    log = tmp_path / "pretrain.log"
+    argv = ["-m", "ssa_hf.cli", "pretrain", "--data.train.path", str(corpora["causal"]), "--data.block_size", "32",
+            "--data.pack_documents", "40", "--data.validation_documents", "20", "--tokenizer.vocab_size", "300",
+            "--max_steps", "3", "--logging_steps", "1", "--per_device_train_batch_size", "8", "--report_to", "none",
+            "--cpu", "--output_dir", str(tmp_path / "run")]
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with open(log, "w") as handle:
+        result = subprocess.run([sys.executable, *argv], stdout=subprocess.PIPE, stderr=handle, text=True, env=env,
+                                cwd=REPO, stdin=subprocess.DEVNULL, timeout=600)
+    text = log.read_text()
+    assert result.returncode == 0, text[-3000:]
+    assert "\r" not in text and "\x1b[" not in text, repr(text[-2000:])
+    assert [n for n in range(1, 4) if f"step {n}/3: loss" in text] == [1, 2, 3]

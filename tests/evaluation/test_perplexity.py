@@ -8,10 +8,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from ssa_hf.train.perplexity import corpus_token_stream, evaluate_perplexity, sample_windows, window_perplexity
+from ssa_hf.evaluation.perplexity import corpus_token_stream, evaluate_perplexity, sample_windows, window_perplexity
 
 from ..conftest import requires_shared_data
 from ..data.fixtures import write_jsonl
+from ..train.conftest import _datasets_cache, corpora, reference_runs  # noqa: F401  (the trained runs it measures)
 
 
 def test_windows_are_seeded_and_inside_the_stream():
@@ -104,7 +105,7 @@ def test_window_length_defaults_to_the_trained_length_and_warns_past_it(referenc
     # without the training record: max_position_embeddings
     from transformers import AutoConfig
 
-    from ssa_hf.train.perplexity import trained_length
+    from ssa_hf.evaluation.perplexity import trained_length
 
     assert trained_length(tmp_path, AutoConfig.from_pretrained(final)) == (128, "max_position_embeddings in its config")
     # pytest's captured stderr is no terminal: no progress bars of ours in it

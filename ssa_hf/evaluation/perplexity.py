@@ -129,7 +129,7 @@ def window_perplexity(
 def heldout_source(model_dir: str | Path):
     """The held-out validation texts of the run that produced `model_dir` (from its training_config.yaml)."""
     from ..data.corpus import split_validation
-    from .config import load_config
+    from ..train.config import load_config
 
     config_file = Path(model_dir) / "training_config.yaml"
     if not config_file.is_file():
@@ -151,7 +151,7 @@ def trained_length(model_path: str | Path, config) -> tuple[int | None, str]:
     `ssa-hf pretrain` run recorded in training_config.yaml, else the config's max_position_embeddings."""
     config_file = Path(model_path) / "training_config.yaml"
     if config_file.is_file():
-        from .config import load_config
+        from ..train.config import load_config
 
         return int(load_config(config_file).data.block_size), f"the block size of its training run ({config_file})"
     positions = getattr(config, "max_position_embeddings", None)
@@ -170,6 +170,21 @@ def resolve_window_length(window_length: int | None, model_path, config) -> int:
         logger.warning("windows of %d tokens are longer than the %d the model was trained on (%s): the perplexity "
                        "then measures length extrapolation too", window_length, length, origin)
     return window_length
+
+
+def text_sources(model_path, corpora: list[str], heldout: bool, name, split: str, text_field: str,
+                 max_documents: int | None) -> list[tuple[Any, str]]:
+    """(texts, description) of every corpus to score: the held-out documents of the model's run, then `corpora`."""
+    sources = []
+    if heldout:
+        texts, description = heldout_source(model_path)
+        if max_documents is not None:
+            texts = (t for _, t in zip(range(max_documents), texts))
+        sources.append((texts, description))
+    for path in corpora:
+        source = TextSource(path=path, name=name, split=split, text_field=text_field, max_documents=max_documents)
+        sources.append((iter_texts(source), source.describe()))
+    return sources
 
 
 def evaluate_perplexity(
@@ -219,15 +234,7 @@ def evaluate_perplexity(
             "loss and perplexity (on masked tokens) are in the metrics.json of its training run"
         )
     window_length = resolve_window_length(window_length, model_path, config)
-    sources = []
-    if heldout:
-        texts, description = heldout_source(model_path)
-        if max_documents is not None:
-            texts = (t for _, t in zip(range(max_documents), texts))
-        sources.append((texts, description))
-    for path in corpora:
-        source = TextSource(path=path, name=name, split=split, text_field=text_field, max_documents=max_documents)
-        sources.append((iter_texts(source), source.describe()))
+    sources = text_sources(model_path, corpora, heldout, name, split, text_field, max_documents)
     from ..devices import resolve_device
 
     device = resolve_device(device)

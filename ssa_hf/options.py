@@ -1,11 +1,19 @@
-"""Dataclass configs from YAML files and command-line overrides.
+"""The one config loader of ssa-hf: dataclasses -> YAML files and command-line options.
+
+Every pipeline (pretraining, the ICL experiments, the evaluations) declares its settings as dataclasses and
+documents each field in the class docstring (`name: what it does`); this module turns them into:
 
 - `load_yaml(path)`: a mapping, with `base: OTHER.yaml` (relative to the file) merged underneath, recursively; so
   twin configs (SSA / softmax) differ in one line.
 - `from_dict(cls, data)`: a (nested) dataclass, every value checked against the field's type; an unknown key is an
-  error that names it and the closest known key.
+  error that names it and the closest known key. A class may rename a field and keep the old name working with
+  `ALIASES = {"old": "new"}` (a ClassVar): the old key is accepted with a deprecation warning.
 - `add_dataclass_arguments(parser, cls)`: one `--key` (`--section.key` for nested sections) per field, so that
-  any config key can be overridden on the command line and `--help` lists them all.
+  any config key can be overridden on the command line and `--help` lists them all (help from the docstring,
+  `choices` from the field's metadata, list values space- or comma-separated).
+- `load_dataclass(cls, path, **overrides)`: a flat dataclass from an optional YAML file plus options given.
+
+Importing this module is light (no torch), so that `--help` of every command answers at once.
 """
 
 from __future__ import annotations
@@ -18,9 +26,12 @@ import typing
 from pathlib import Path
 from typing import Any, Union
 
+import logging
 import yaml
 
 BASE_KEY = "base"
+ALIASES_ATTRIBUTE = "ALIASES"
+logger = logging.getLogger("ssa_hf.config")
 
 
 class ConfigError(ValueError):
@@ -80,21 +91,7 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     if tp is Any:
         return parse_scalar(value) if isinstance(value, str) else value
     if origin in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None or (isinstance(value, str) and value.lower() in ("null", "none") and type(None) in args):
-            if type(None) in args:
-                return None
-            raise ConfigError(f"{where}: a value is required (got null)")
-        if isinstance(value, str) and value.strip().startswith(("[", "{")):
-            value = parse_scalar(value)
-        errors = []
-        # exact type matches first (a "3" for `str | int` stays a string, a True for `bool | str` stays a bool)
-        for arg in sorted((a for a in args if a is not type(None)), key=lambda a: not _matches_exactly(value, a)):
-            try:
-                return coerce(value, arg, where)
-            except ConfigError as error:
-                errors.append(str(error))
-        raise ConfigError(f"{where}: {value!r} is not a valid {' or '.join(_type_name(a) for a in args)}")
+        return _coerce_union(value, typing.get_args(tp), where)
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
@@ -158,6 +155,23 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+def _coerce_union(value: Any, args: tuple, where: str) -> Any:
+    """`value` as the first of the types `args` (of `X | Y | None`) that takes it."""
+    if value is None or (isinstance(value, str) and value.lower() in ("null", "none") and type(None) in args):
+        if type(None) in args:
+            return None
+        raise ConfigError(f"{where}: a value is required (got null)")
+    if isinstance(value, str) and value.strip().startswith(("[", "{")):
+        value = parse_scalar(value)
+    # exact type matches first (a "3" for `str | int` stays a string, a True for `bool | str` stays a bool)
+    for arg in sorted((a for a in args if a is not type(None)), key=lambda a: not _matches_exactly(value, a)):
+        try:
+            return coerce(value, arg, where)
+        except ConfigError:
+            continue
+    raise ConfigError(f"{where}: {value!r} is not a valid {' or '.join(_type_name(a) for a in args)}")
+
+
 def _matches_exactly(value, tp) -> bool:
     if tp is bool:
         return isinstance(value, bool)
@@ -190,8 +204,37 @@ def _dataclass_in(tp):
     return None
 
 
+def aliases_of(cls) -> dict[str, str]:
+    """Old field name -> current name, as the class declares in `ALIASES`."""
+    return dict(getattr(cls, ALIASES_ATTRIBUTE, {}) or {})
+
+
+def rename_aliases(cls, data: dict, where: str = "") -> dict:
+    """`data` with the old (aliased) keys of `cls` and of its nested sections renamed to the current ones; each
+    old key gets a deprecation warning. Giving both names of one field is an error."""
+    if not isinstance(data, dict) or not dataclasses.is_dataclass(cls):
+        return data
+    out = dict(data)
+    prefix = f"{where}." if where else ""
+    for old, new in aliases_of(cls).items():
+        if old in out:
+            if new in out:
+                raise ConfigError(f"'{prefix}{old}' and '{prefix}{new}' name the same setting; keep '{prefix}{new}'")
+            logger.warning("config key '%s%s' is deprecated; it is now called '%s%s'", prefix, old, prefix, new)
+            out[new] = out.pop(old)
+    hints = field_types(cls)
+    for f in dataclasses.fields(cls):
+        inner = _dataclass_in(hints[f.name])
+        if inner is not None and isinstance(out.get(f.name), dict):
+            out[f.name] = rename_aliases(inner, out[f.name], prefix + f.name)
+    return out
+
+
 def from_dict(cls, data: dict, where: str = ""):
-    """Build dataclass `cls` from a mapping, checking keys and types."""
+    """Build dataclass `cls` from a mapping, checking keys and types (old field names accepted, see `ALIASES`)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a mapping for {cls.__name__}, got {type(data).__name__}")
+    data = rename_aliases(cls, data, where)
     hints = field_types(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = [k for k in data if k not in names]
@@ -205,6 +248,18 @@ def from_dict(cls, data: dict, where: str = ""):
     for name, value in data.items():
         values[name] = coerce(value, hints[name], f"{where}.{name}" if where else name)
     return cls(**values)
+
+
+def load_dataclass(cls, path: str | Path | None = None, **overrides: Any):
+    """`cls` from the YAML file `path` (if given) with `overrides` on top (None values are ignored: they are
+    options the user did not give); keys and types checked as in `from_dict`."""
+    data = load_yaml(path) if path else {}
+    data = rename_aliases(cls, data)
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return from_dict(cls, data)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}" if path else str(error)) from None
 
 
 def to_dict(obj) -> dict:
@@ -245,34 +300,91 @@ class _KeyValues(argparse.Action):
         setattr(namespace, self.dest, mapping)
 
 
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, prefix: str = "", skip: tuple[str, ...] = ()) -> None:
-    """One option per field of `cls` (recursively for nested dataclasses), each stored under its dotted key and
-    absent from the namespace unless given."""
+class _ListValues(argparse.Action):
+    """`--key A B` or `--key A,B` -> ["A", "B"] (the items are typed when the config is built)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, [item for value in values for item in value.split(",") if item.strip()])
+
+
+def _option_kwargs(tp, dest: str, help_text: str | None, choices=None) -> dict[str, Any]:
+    """argparse keywords of the option of a field of type `tp`: absent from the namespace unless given."""
+    kwargs: dict[str, Any] = {"dest": dest, "default": argparse.SUPPRESS, "help": help_text}
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    union = origin in (Union, types.UnionType)
+    if tp is bool or (union and bool in args):
+        kwargs.update(nargs="?", const="true", metavar="BOOL")
+    elif origin is dict or tp is dict or (union and any(typing.get_origin(a) is dict for a in args)):
+        kwargs.update(nargs="+", action=_KeyValues, metavar="KEY=VALUE")
+    elif origin is list or (union and all(typing.get_origin(a) is list for a in args if a is not type(None))):
+        kwargs.update(nargs="+", action=_ListValues, metavar="VALUE")
+    else:
+        kwargs["metavar"] = "VALUE"
+    if choices:
+        kwargs.update(choices=list(choices), metavar=None)
+    return kwargs
+
+
+def dataclass_fields(cls, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted key, type, owning class) of every leaf field of `cls`, nested sections flattened."""
+    out = []
     hints = field_types(cls)
     for f in dataclasses.fields(cls):
-        key = prefix + f.name
+        inner = _dataclass_in(hints[f.name])
+        if inner is not None:
+            out += dataclass_fields(inner, prefix + f.name + ".")
+        else:
+            out.append((prefix + f.name, hints[f.name], cls))
+    return out
+
+
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, prefix: str = "", skip: tuple[str, ...] = (),
+                            shortcuts: dict[str, str | tuple[str, ...]] | None = None) -> None:
+    """One option per field of `cls` (recursively for nested dataclasses), each stored under its dotted key and
+    absent from the namespace unless given. `shortcuts` adds short names: {"steps": "train.steps"} makes
+    `--steps` (and `--steps` spelled with hyphens) set `train.steps`; a tuple of keys sets each of them. Old
+    field names (`ALIASES`) stay options too, marked deprecated."""
+    leaves = {key: (tp, owner) for key, tp, owner in dataclass_fields(cls, prefix)}
+    for key, (tp, owner) in leaves.items():
         if key in skip:
             continue
-        tp = hints[f.name]
-        inner = _dataclass_in(tp)
-        if inner is not None:
-            add_dataclass_arguments(parser, inner, prefix=key + ".", skip=skip)
-            continue
-        help_text = _field_help(cls, f.name)
-        kwargs: dict[str, Any] = {"dest": key, "default": argparse.SUPPRESS, "help": help_text}
-        origin = typing.get_origin(tp)
-        args = typing.get_args(tp)
-        if tp is bool or (origin in (Union, types.UnionType) and bool in args):
-            kwargs.update(nargs="?", const="true", metavar="BOOL")
-        elif origin is dict or tp is dict or (origin in (Union, types.UnionType) and any(
-            typing.get_origin(a) is dict for a in args
-        )):
-            kwargs.update(nargs="+", action=_KeyValues, metavar="KEY=VALUE")
-        elif origin is list:
-            kwargs.update(nargs="+", metavar="VALUE")
-        else:
-            kwargs["metavar"] = "VALUE"
-        parser.add_argument(f"--{key}", **kwargs)
+        name = key.rsplit(".", 1)[-1]
+        metadata = {f.name: f.metadata for f in dataclasses.fields(owner)}[name]
+        spellings = [f"--{key}"] + ([f"--{key.replace('_', '-')}"] if "_" in key.rsplit(".", 1)[-1] else [])
+        parser.add_argument(*spellings, **_option_kwargs(tp, key, _field_help(owner, name), metadata.get("choices")))
+        for old, new in aliases_of(owner).items():
+            if new == name:
+                old_key = key[: len(key) - len(name)] + old
+                parser.add_argument(f"--{old_key}", **_option_kwargs(
+                    tp, key, f"deprecated name of --{key}", metadata.get("choices")))
+    for short, targets in (shortcuts or {}).items():
+        targets = (targets,) if isinstance(targets, str) else tuple(targets)
+        tp, owner = leaves[targets[0]]
+        name = targets[0].rsplit(".", 1)[-1]
+        metadata = {f.name: f.metadata for f in dataclasses.fields(owner)}[name]
+        help_text = _field_help(owner, name) if len(targets) == 1 else f"sets {', '.join(targets)}"
+        spellings = [f"--{short}"] + ([f"--{short.replace('_', '-')}"] if "_" in short else [])
+        parser.add_argument(*spellings, **_option_kwargs(tp, "shortcut:" + "+".join(targets), help_text,
+                                                          metadata.get("choices")))
+
+
+def options_given(namespace: argparse.Namespace, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The dotted config keys given on the command line -> their values (shortcuts expanded; a key given
+    both ways keeps its full `--section.key` value)."""
+    values = {k: v for k, v in vars(namespace).items() if k not in exclude and not k.startswith("shortcut:")}
+    for dest, value in vars(namespace).items():
+        if dest.startswith("shortcut:"):
+            for key in dest[len("shortcut:"):].split("+"):
+                values.setdefault(key, value)
+    return values
+
+
+def dotted_to_nested(values: dict[str, Any]) -> dict:
+    """{"train.steps": 3} -> {"train": {"steps": 3}}."""
+    data: dict = {}
+    for key, value in values.items():
+        set_dotted(data, key, value)
+    return data
 
 
 def _field_help(cls, name: str) -> str | None:
@@ -283,7 +395,3 @@ def _field_help(cls, name: str) -> str | None:
             return stripped[len(name) + 1 :].strip().replace("%", "%%")
     return None
 
-
-def overrides_from_namespace(namespace: argparse.Namespace, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The dotted keys given on the command line -> their (string) values."""
-    return {k: v for k, v in vars(namespace).items() if k not in exclude}

@@ -1,0 +1,125 @@
+"""Reading ssa-hf checkpoint folders without running their code: config.json, the family and task of a config,
+and the scoring parameters stored in the safetensors files (without loading the other weights)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from ..models.families import FAMILIES, FamilySpec, family_of_config, task_of_architecture
+from ..models.scoring import ScoringModule
+from ..reporting import markdown_table
+
+
+def family_spec(config) -> FamilySpec:
+    """The family of an ssa-hf config, or a ValueError saying how to get one."""
+    spec = family_of_config(config)
+    if spec is None:
+        raise ValueError(f"not an ssa-hf config: {type(config).__name__} (model_type "
+                         f"{getattr(config, 'model_type', None)!r}); convert the checkpoint with `ssa-hf convert`")
+    return spec
+
+
+def task_of(config, model=None) -> str:
+    """The head of a model (by its class) or of a config (by its `architectures`, else its family's default)."""
+    if model is not None:
+        return task_of_architecture(type(model).__name__)
+    architectures = getattr(config, "architectures", None) or []
+    if architectures:
+        return task_of_architecture(architectures[0])
+    return family_spec(config).default_task
+
+
+def read_config_json(folder: Path) -> dict:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} has no config.json; expected a checkpoint folder written by save_pretrained")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON: {error}") from None
+
+
+def load_ssa_config(folder: str | os.PathLike):
+    """The config (SSALlamaConfig, SSABertConfig, ...) of a checkpoint folder (no remote code is run)."""
+    folder = Path(folder)
+    raw = read_config_json(folder)
+    model_type = raw.get("model_type")
+    if model_type not in FAMILIES:
+        raise ValueError(f"{folder}: model_type {model_type!r} is not an ssa-hf model ({list(FAMILIES)}); "
+                         f"convert it first with `ssa-hf convert {folder} DST`")
+    return FAMILIES[model_type].config_class.from_pretrained(folder)
+
+
+def weight_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.safetensors"))
+
+
+def read_scoring_parameters(folder: str | os.PathLike, config=None) -> dict[str, dict[str, list[float]]] | None:
+    """The scoring parameters stored in a checkpoint folder, as `model.scoring_parameters()` returns them, read
+    from the safetensors files without loading the other weights. None when the folder has no safetensors."""
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    files = weight_files(folder)
+    if not files:
+        return None
+    config = config if config is not None else load_ssa_config(folder)
+    cls = family_spec(config).model_class(task_of(config))
+    with torch.device("meta"):
+        model = cls(copy.deepcopy(config))
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            for key in handle.keys():
+                if ".scoring." in f".{key}":
+                    tensors[key] = handle.get_tensor(key)
+    for name, module in model.named_modules():
+        if isinstance(module, ScoringModule) and not any(isinstance(m, ScoringModule) for m in _parents(model, name)):
+            own = {k[len(name) + 1:]: v for k, v in tensors.items() if k.startswith(name + ".")}
+            module.to_empty(device="cpu")
+            try:
+                module.load_state_dict(own, strict=True)
+            except RuntimeError as error:
+                raise ValueError(f"{folder}: the scoring parameters of {name} do not match the config: {error}") from None
+    return model.scoring_parameters()
+
+
+def _parents(model, name: str):
+    parts = name.split(".")
+    return [model.get_submodule(".".join(parts[:i])) for i in range(1, len(parts))]
+
+
+def _layer_of(module_name: str) -> str:
+    match = re.search(r"\.(\d+)\.", f".{module_name}.")
+    return match.group(1) if match else module_name
+
+
+def format_value(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def scoring_parameter_table(values: dict[str, dict[str, list[float]]]) -> str:
+    """Per layer: each scoring parameter's value (one value per layer) or mean and range over heads."""
+    names = sorted({p for params in values.values() for p in params})
+    rows = []
+    for module, params in values.items():
+        row = [_layer_of(module)]
+        for name in names:
+            v = params.get(name)
+            if not v:
+                row.append("")
+            elif max(v) - min(v) <= 1e-12 * max(1.0, abs(max(v))):
+                row.append(format_value(v[0]))
+            else:
+                row.append(f"{format_value(sum(v) / len(v))} ({format_value(min(v))} to {format_value(max(v))})")
+        rows.append(row)
+    return markdown_table(["layer"] + [f"{n} (mean over heads, range)" for n in names], rows)
+
+
+__all__ = ["family_spec", "load_ssa_config", "read_scoring_parameters", "scoring_parameter_table", "task_of_architecture"]

@@ -1,0 +1,240 @@
+"""Hub-ready checkpoint folders and pushing them: `save_checkpoint_folder(model, folder, tokenizer=...)` writes
+model (safetensors + remote code), tokenizer and card into a temporary sibling folder and renames it into place
+(readers never see half a checkpoint); `check_checkpoint_folder` checks that a folder loads with remote code
+alone; `push_to_hub(folder, repo_id)` checks the folder, renders the card if needed and uploads it through
+`huggingface_hub.HfApi` (token from `hf auth login` or HF_TOKEN; never printed)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+from ..models.families import FAMILIES
+from ..reporting import atomic_folder, atomic_write_bytes
+from .cards import CARD_INPUTS_FILE, REPO_ID_PLACEHOLDER, validate_model_card, write_model_card
+from .folders import family_spec, read_config_json, weight_files
+
+logger = logging.getLogger("ssa_hf.hub")
+
+# Never uploaded by `push_to_hub`: training state, intermediate checkpoints, temporary and hidden files.
+DEFAULT_IGNORE_PATTERNS = (
+    ".*", "*/.*", "**/.*", "*.tmp", "__pycache__/*", "**/__pycache__/*", "checkpoint-*", "checkpoint-*/*",
+    "checkpoints/*", "optimizer.pt", "scheduler.pt", "rng_state*.pth", "training_state/*", "*.pyc",
+)
+
+
+def save_checkpoint_folder(model, folder: str | os.PathLike, tokenizer=None, *, overwrite: bool = False,
+                           card: bool = True, extra_files: Mapping[str, bytes | str] | None = None,
+                           **card_kwargs) -> Path:
+    """Write a Hub-ready checkpoint folder atomically: the model through `save_pretrained` (safetensors, config,
+    the remote-code files), the tokenizer, extra files (name -> content) and the model card (README.md)."""
+    family_spec(model.config)  # refuses a model that is not of an ssa-hf family
+    destination = Path(folder)
+    with atomic_folder(destination, overwrite=overwrite) as tmp:
+        model.save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        for name, content in (extra_files or {}).items():
+            atomic_write_bytes(tmp / name, content.encode("utf-8") if isinstance(content, str) else content)
+        if card:
+            write_model_card(tmp, default_name=destination.resolve().name, **card_kwargs)
+    return destination.resolve()
+
+
+
+@dataclass
+class PushResult:
+    repo_id: str
+    folder: str
+    files: list[str]
+    card_rendered: bool
+    dry_run: bool
+    url: str | None = None
+    commit_url: str | None = None
+
+
+def _relative_imports(path: Path) -> set[str]:
+    text = path.read_text(encoding="utf-8")
+    return set(re.findall(r"^\s*from\s+\.(\w+)\s+import", text, flags=re.M)) | set(
+        re.findall(r"^\s*import\s+\.(\w+)", text, flags=re.M))
+
+
+def check_checkpoint_folder(folder: str | os.PathLike) -> dict:
+    """Check that a folder is a loadable ssa-hf checkpoint: config.json of an ssa-hf model, weights, and the
+    remote-code files named by auto_map with every sibling file they import. Returns config.json's content."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"checkpoint folder {str(folder)!r} does not exist")
+    raw = read_config_json(folder)
+    if raw.get("model_type") not in FAMILIES:
+        raise ValueError(f"{folder}: model_type {raw.get('model_type')!r} is not an ssa-hf model; "
+                         f"convert it first with `ssa-hf convert {folder} DST`")
+    if not weight_files(folder) and not list(folder.glob("pytorch_model*.bin")):
+        raise ValueError(f"{folder} has no weights (*.safetensors); save the model with save_pretrained")
+    auto_map = raw.get("auto_map")
+    if not auto_map:
+        raise ValueError(f"{folder}/config.json has no auto_map, so trust_remote_code cannot load it without "
+                         f"ssa-hf; save it again after `import ssa_hf` (which registers the classes)")
+    todo = {ref.split(".")[0] for ref in auto_map.values() if isinstance(ref, str)}
+    seen: set[str] = set()
+    while todo:
+        module = todo.pop()
+        seen.add(module)
+        path = folder / f"{module}.py"
+        if not path.is_file():
+            raise ValueError(f"{folder} lacks {module}.py, needed by the remote code (auto_map); save the model "
+                             f"again with save_pretrained after `import ssa_hf`")
+        todo |= _relative_imports(path) - seen
+    return raw
+
+
+def _files_to_upload(folder: Path, ignore_patterns: Sequence[str]) -> list[str]:
+    from huggingface_hub.utils import filter_repo_objects
+
+    files = [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
+    return list(filter_repo_objects(files, ignore_patterns=list(ignore_patterns)))
+
+
+class PushError(RuntimeError):
+    """A push that the Hub (or the network) refused; the message says what happened and what to do."""
+
+
+# HTTP status -> what to do about it
+_PUSH_ADVICE = {
+    401: "the Hub did not accept the token: run `hf auth login` again, or set HF_TOKEN to a valid token",
+    403: "the token may not write there: use a token with write access to {namespace}, or a namespace you own",
+    404: "the Hub found no {target}: check the repository id{branch_hint}",
+    409: "the Hub reported a conflict (another commit or a repository of another type at {repo_id}): retry, or "
+         "push to another repository",
+    413: "the Hub refused the upload's size: large weights need Git LFS / Xet support (`pip install -U "
+         "huggingface_hub`)",
+    429: "the Hub is rate-limiting this account: wait a few minutes and run the command again",
+}
+_NETWORK_ERRORS = {"ConnectionError", "TransportError", "TimeoutException", "Timeout", "ConnectError"}
+
+
+def explain_push_failure(error: BaseException, repo_id: str, revision: str | None = None) -> str:
+    """A message for a failed push: the Hub's own words (first line) and what to do about them."""
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    detail = (str(error).strip().splitlines() or [""])[0]
+    if status in _PUSH_ADVICE:
+        advice = _PUSH_ADVICE[status].format(
+            namespace=repo_id.split("/")[0] if "/" in repo_id else "your account", repo_id=repo_id,
+            target=f"branch {revision!r} in {repo_id}" if revision else f"repository {repo_id}",
+            branch_hint=" and create the branch first (or drop --revision)" if revision else "")
+    elif {c.__name__ for c in type(error).__mro__} & _NETWORK_ERRORS:
+        advice = "could not reach the Hub: check the network connection (and HF_ENDPOINT, if set), then run again"
+    else:
+        advice = "see the Hub's message; run the command again with -v for details"
+    status_text = f", HTTP {status}" if status else ""
+    return (f"pushing to {repo_id} failed ({type(error).__name__}{status_text}: {detail}). {advice}. "
+            f"The local folder is unchanged.")
+
+
+@contextlib.contextmanager
+def _restored_on_failure(paths: Sequence[Path]) -> Iterator[None]:
+    """Put the files back as they were (or absent) if the block does not finish."""
+    saved = {path: path.read_bytes() if path.is_file() else None for path in paths}
+    try:
+        yield
+    except BaseException:
+        for path, content in saved.items():
+            if content is None:
+                path.unlink(missing_ok=True)
+            elif not path.is_file() or path.read_bytes() != content:
+                atomic_write_bytes(path, content)
+        raise
+
+
+def _card_for_push(folder: Path, repo_id: str, refresh_card: bool, card_kwargs: dict):
+    """(the card, whether it was rendered anew): rendered and written when the folder has none, with refresh_card
+    or with card inputs; else the folder's card, checked offline."""
+    from huggingface_hub import ModelCard
+
+    readme = folder / "README.md"
+    if refresh_card or card_kwargs or not readme.is_file():
+        previous = {}
+        if (folder / CARD_INPUTS_FILE).is_file():
+            previous = json.loads((folder / CARD_INPUTS_FILE).read_text(encoding="utf-8"))
+        return write_model_card(folder, **{**previous, **card_kwargs, "repo_id": repo_id}), True
+    card = ModelCard.load(readme)
+    validate_model_card(card)
+    if REPO_ID_PLACEHOLDER in str(card):
+        logger.warning("README.md shows %r in its code snippets; pass refresh_card=True (--refresh-card) to "
+                       "render it with the repo id", REPO_ID_PLACEHOLDER)
+    return card, False
+
+
+def push_to_hub(
+    folder: str | os.PathLike,
+    repo_id: str,
+    *,
+    private: bool = False,
+    token: str | None = None,
+    revision: str | None = None,
+    create_pr: bool = False,
+    commit_message: str | None = None,
+    refresh_card: bool = False,
+    validate_online: bool = True,
+    dry_run: bool = False,
+    ignore_patterns: Sequence[str] = DEFAULT_IGNORE_PATTERNS,
+    **card_kwargs,
+) -> PushResult:
+    """Upload a checkpoint folder with its model card to the Hub repository `repo_id` (created if needed).
+
+    The folder is checked first (`check_checkpoint_folder`). The card (README.md) is rendered when the folder has
+    none, when `refresh_card` is set, or when card inputs (training=, evaluation=, base_preset=, ...) are given;
+    it reuses the inputs of the previous rendering (ssa_hf_card.json) and adds the repo id. An existing card is
+    checked offline; before uploading, the Hub validates it (`ModelCard.validate`, skipped with
+    validate_online=False). The token comes from `token`, else HF_TOKEN or the stored login; it is never printed.
+    `dry_run` does everything except contacting the Hub and returns the files that would be uploaded.
+    A push that fails leaves the folder as it was (a card rendered for it is taken back) and raises `PushError`
+    (Hub and network failures, with what to do) or ValueError (refused before contacting the Hub).
+    """
+    from huggingface_hub import HfApi, constants, get_token
+
+    folder = Path(folder)
+    if not re.fullmatch(r"[\w.\-]+/[\w.\-]+|[\w.\-]+", repo_id or ""):
+        raise ValueError(f"repo_id {repo_id!r} is not a Hub repository id (namespace/name)")
+    check_checkpoint_folder(folder)
+    card_kwargs = {k: v for k, v in card_kwargs.items() if v is not None}
+    with _restored_on_failure([folder / "README.md", folder / CARD_INPUTS_FILE]):
+        card, rendered = _card_for_push(folder, repo_id, refresh_card, card_kwargs)
+        result = PushResult(repo_id=repo_id, folder=str(folder.resolve()), files=_files_to_upload(folder, ignore_patterns),
+                            card_rendered=rendered, dry_run=dry_run)
+        if dry_run:
+            return result
+        if constants.HF_HUB_OFFLINE:
+            raise ValueError("HF_HUB_OFFLINE is set: pushing needs the network; unset it, or use a dry run")
+        if token is None and get_token() is None:
+            raise ValueError("no Hugging Face token: run `hf auth login` or set the HF_TOKEN environment variable")
+        try:
+            if validate_online:
+                card.validate()
+        except ValueError as error:
+            raise PushError(f"the Hub rejected the model card (README.md): {error}. Fix its metadata (or render it "
+                            f"again with --refresh-card), or skip this check with --no-validate-online. The local "
+                            f"folder is unchanged.") from error
+        except Exception as error:
+            raise PushError(explain_push_failure(error, repo_id, revision)) from error
+        try:
+            api = HfApi(token=token)
+            repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+            commit = api.upload_folder(
+                repo_id=repo_id, folder_path=str(folder), repo_type="model", revision=revision, create_pr=create_pr,
+                commit_message=commit_message or "Upload ssa-hf checkpoint", ignore_patterns=list(ignore_patterns),
+            )
+        except Exception as error:
+            raise PushError(explain_push_failure(error, repo_id, revision)) from error
+    result.url = str(repo_url)
+    result.commit_url = getattr(commit, "commit_url", None) or (str(commit) if commit is not None else None)
+    return result
+
+
+__all__ = ["PushError", "PushResult", "check_checkpoint_folder", "push_to_hub", "save_checkpoint_folder"]

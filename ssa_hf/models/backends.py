@@ -1,0 +1,272 @@
+"""The backend table and the one dispatch that every entry point uses.
+
+A backend is one row of `BACKENDS`: what it refuses (statically, for a scoring function; at call time, for
+gradients, device and dropout), when the automatic choice prefers it, and how it runs an `AttentionCall`. The
+functional API (`scored_attention`), the transformers attention functions and the mixture of scoring heads all
+go through `dispatch`: choose (or check the requested backend and refuse with the reason), log the choice once,
+run. Nothing falls back to softmax. Inputs are checked before, at the public door (attention.py); backends
+assume what passes there.
+
+- `eager`: materialised weights, every scoring function (linear attention in linear time, linear.py);
+- `flex`: FlexAttention with a score_mod derived from the entry's logits (flex.py);
+- `blockwise`: the fused CPU kernel, a torch custom op (`torch.ops.ssa_hf.attention_forward`, blockwise.py).
+
+Part of the remote-code unit: imports only torch and siblings.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .linear import expand_heads, linear_mask, run_linear
+from .scoring import ALL_SCORING_FUNCTIONS, ScoringFunction, get_scoring_function
+
+logger = logging.getLogger("ssa_hf")
+
+# on CUDA, below this many scores per head the eager backend is as fast as FlexAttention and needs no
+# compilation (nor a recompilation per new length while decoding); on CPU the blockwise kernel wins at every size
+_SMALL_PROBLEM = 256 * 256
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """One attention computation, checked: query [B, H, Lq, D], key/value [B, Hkv, Lk, D], a boolean mask
+    broadcastable to [B, H, Lq, Lk] (4-D) or None, the per-head parameters of `spec` ([H] tensors)."""
+
+    query: Tensor
+    key: Tensor
+    value: Tensor
+    spec: ScoringFunction | None
+    params: dict
+    mask: Tensor | None
+    scale: float
+    dropout: float = 0.0  # applied when `training`
+    training: bool = False
+    need_weights: bool = False
+    is_causal: bool = False  # top-left causal, on top of `mask`
+    expect_causal: bool | None = None  # linear attention under torch.compile: the module's causality
+
+    def needs_grad(self) -> bool:
+        tensors = (self.query, self.key, self.value, *self.params.values())
+        return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _is_linear(spec) -> bool:
+    return getattr(spec, "kind", "rowwise") == "linear"
+
+
+def causal_mask(q_len: int, kv_len: int, device) -> Tensor:
+    # top-left aligned as in F.scaled_dot_product_attention: query i attends keys j <= i
+    return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril()
+
+
+def dense_mask(call: AttentionCall) -> Tensor | None:
+    """The call's mask with its causal part folded in (for the backends that read causality from a mask)."""
+    if not call.is_causal:
+        return call.mask
+    causal = causal_mask(call.query.shape[2], call.key.shape[2], call.query.device)[None, None]
+    return causal if call.mask is None else call.mask & causal
+
+
+# --------------------------------------------------------------------------------------------------
+# eager
+# --------------------------------------------------------------------------------------------------
+
+
+def _eager_run(call: AttentionCall) -> tuple[Tensor, Tensor | None]:
+    query, key, value, spec = call.query, call.key, call.value, call.spec
+    if _is_linear(spec):
+        # linear attention: linear time, weights materialised only when asked for (or for attention dropout)
+        mask = linear_mask(call.mask, query.shape[2], key.shape[2], call.is_causal, call.expect_causal)
+        return run_linear(query, key, value, spec, call.params, mask, call.dropout, call.training, call.need_weights)
+    heads = query.shape[1]
+    key, value = expand_heads(key, heads), expand_heads(value, heads)
+    # scores and weights in float32 for half inputs: SSA's logits must not be formed in fp16 (float64 stays float64)
+    compute = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    scores = torch.matmul(query.to(compute), key.to(compute).transpose(-1, -2)) * call.scale
+    weights = spec.weights(scores, dense_mask(call), call.params)
+    if call.dropout > 0.0 and call.training:
+        weights = F.dropout(weights, p=call.dropout, training=True)
+    return torch.matmul(weights.to(value.dtype), value), weights
+
+
+def _eager_prefers(spec, device, q_len, kv_len, need_weights) -> str | None:
+    if need_weights:
+        return "attention weights requested"
+    return "linear attention (linear-time form)" if _is_linear(spec) else None
+
+
+# --------------------------------------------------------------------------------------------------
+# flex
+# --------------------------------------------------------------------------------------------------
+
+
+def _flex_scoring(spec) -> str | None:
+    from .flex import flex_available
+
+    if not flex_available():
+        return "this torch has no FlexAttention"
+    if _is_linear(spec):
+        return f"{spec.name!r} is linear attention, which runs in linear time on backend 'eager'"
+    if spec.logits is None:
+        runs = ", ".join(n for n, s in ALL_SCORING_FUNCTIONS.items() if getattr(s, "logits", None) is not None)
+        return f"{spec.name!r} is not a modification of softmax scores (flex runs: {runs})"
+    return None
+
+
+def _flex_conditions(needs_grad, device, dropout) -> str | None:
+    if needs_grad and device.type == "cpu":
+        return "FlexAttention on CPU is forward-only (inference); for training on CPU use backend 'blockwise' or 'eager'"
+    if dropout > 0.0:
+        return "FlexAttention has no attention dropout; use backend 'eager' or set the attention dropout to 0"
+    return None
+
+
+def _flex_prefers(spec, device, q_len, kv_len, need_weights) -> str | None:
+    return "CUDA FlexAttention" if device.type == "cuda" and q_len * kv_len > _SMALL_PROBLEM else None
+
+
+def _flex_run(call: AttentionCall) -> tuple[Tensor, None]:
+    from .flex import flex_scored_attention
+
+    causal_only = call.is_causal and call.mask is None  # a causal mask_mod and a cached block mask
+    mask = None if causal_only else dense_mask(call)
+    return flex_scored_attention(call.query, call.key, call.value, call.spec, call.params, mask, call.scale,
+                                 is_causal=causal_only), None
+
+
+# --------------------------------------------------------------------------------------------------
+# blockwise (the fused CPU kernel)
+# --------------------------------------------------------------------------------------------------
+
+
+def _blockwise_scoring(spec) -> str | None:
+    try:
+        from .blockwise import SUPPORTED_SCORING
+    except ImportError:
+        return "the blockwise kernel is not available in this installation"
+    if _is_linear(spec):
+        return f"{spec.name!r} is linear attention, which runs in linear time on backend 'eager'"
+    if spec.name not in SUPPORTED_SCORING:
+        return (f"the blockwise kernel runs only {SUPPORTED_SCORING}, not {spec.name!r}; use backend 'eager' (or "
+                f"'flex' for inference)")
+    return None
+
+
+def _blockwise_conditions(needs_grad, device, dropout) -> str | None:
+    if dropout > 0.0:
+        return "the blockwise kernel has no attention dropout; use backend 'eager' or set the attention dropout to 0"
+    return None
+
+
+def _blockwise_prefers(spec, device, q_len, kv_len, need_weights) -> str | None:
+    return "fused CPU kernel" if device.type == "cpu" else None
+
+
+def _blockwise_run(call: AttentionCall) -> tuple[Tensor, None]:
+    from .blockwise import run_blockwise
+
+    # the kernel skips hidden tiles from `is_causal` alone; no [Lq, Lk] mask is built or read
+    b, n = call.params.get("b"), call.params.get("n")
+    return run_blockwise(call.query, call.key, call.value, b, n, call.mask, call.is_causal, call.scale), None
+
+
+# --------------------------------------------------------------------------------------------------
+# The table, the choice and the dispatch
+# --------------------------------------------------------------------------------------------------
+
+
+def _never(*args) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    summary: str  # what it is, for the docs table
+    scoring: Callable[[ScoringFunction], str | None]  # why it cannot run a scoring function at all, or None
+    conditions: Callable[[bool, torch.device, float], str | None]  # (needs_grad, device, dropout) -> reason or None
+    prefers: Callable[..., str | None]  # (spec, device, q_len, kv_len, need_weights) -> why `backend=None` takes it
+    run: Callable[[AttentionCall], tuple[Tensor, Tensor | None]]
+    returns_weights: bool = False
+
+    def refuses(self, spec, needs_grad: bool, device, dropout: float) -> str | None:
+        """None when the backend can run the request, else the reason it cannot (shown to the user)."""
+        return self.scoring(spec) or self.conditions(needs_grad, torch.device(device), dropout)
+
+
+# The automatic choice takes the first that prefers a request (blockwise and flex prefer disjoint devices);
+# `eager` runs everything and is the last resort.
+BACKENDS: dict[str, Backend] = {
+    "eager": Backend("eager", "materialised weights in float32 (linear attention in linear time)", _never, _never,
+                     _eager_prefers, _eager_run, returns_weights=True),
+    "flex": Backend("flex", "FlexAttention with a score_mod from the entry's logits", _flex_scoring, _flex_conditions,
+                    _flex_prefers, _flex_run),
+    "blockwise": Backend("blockwise", "fused CPU kernel, memory linear in the length (custom op "
+                         "`torch.ops.ssa_hf.attention_forward`)", _blockwise_scoring, _blockwise_conditions,
+                         _blockwise_prefers, _blockwise_run),
+}
+BACKEND_NAMES = tuple(BACKENDS)
+FALLBACK = "eager"
+
+
+def choose_backend(spec, device: torch.device, needs_grad: bool, dropout: float, q_len: int, kv_len: int,
+                   need_weights: bool = False) -> tuple[str, str]:
+    """The backend `backend=None` uses, and why: the first of the table that prefers the request and runs it."""
+    for backend in BACKENDS.values():
+        reason = backend.prefers(spec, device, q_len, kv_len, need_weights)
+        if reason and backend.refuses(spec, needs_grad, device, dropout) is None:
+            return backend.name, reason
+    return FALLBACK, "small problem" if q_len * kv_len <= _SMALL_PROBLEM else "the only backend that runs this request"
+
+
+def supported_backends(scoring: str | list[str], device: str | torch.device = "cpu", needs_grad: bool = True) -> list[str]:
+    """The backends that can run `scoring` (for a mixture, a list of names: the backends that run every member)."""
+    names = [scoring] if isinstance(scoring, str) else list(dict.fromkeys(scoring))
+    specs = [get_scoring_function(name) for name in names]
+    return [name for name, b in BACKENDS.items() if all(b.refuses(spec, needs_grad, device, 0.0) is None for spec in specs)]
+
+
+_logged: set = set()
+
+
+def _log_once(scoring: str, backend: str, device: torch.device, reason: str) -> None:
+    if torch.compiler.is_compiling():  # logging inside a compiled region would break the graph
+        return
+    key = (scoring, backend, device.type)
+    if key not in _logged:
+        _logged.add(key)
+        logger.info("ssa-hf attention: scoring=%s runs on backend=%s (%s; %s)", scoring, backend, device.type, reason)
+
+
+def dispatch(call: AttentionCall, backend: str | None,
+             refused: str = "Backend {backend!r} cannot run scoring {scoring!r}") -> tuple[Tensor, Tensor | None]:
+    """Choose (backend None) or check the requested backend, log the choice once, run: (out, weights or None).
+    `refused` words a refusal for the entry point ({backend}, {scoring}); it raises NotImplementedError."""
+    spec, device = call.spec, call.query.device
+    needs_grad = call.needs_grad()
+    if backend is None:
+        backend, reason = choose_backend(spec, device, needs_grad, call.dropout, call.query.shape[2],
+                                         call.key.shape[2], call.need_weights)
+    else:
+        reason = "requested"
+        refusal = BACKENDS[backend].refuses(spec, needs_grad, device, call.dropout)
+        if refusal:
+            raise NotImplementedError(f"{refused.format(backend=backend, scoring=spec.name)} here: {refusal}.")
+    _log_once(spec.name, backend, device, reason)
+    return BACKENDS[backend].run(call)
+
+
+def static_refusal(backend: str, scoring: str) -> str | None:
+    """Why `backend` can never run `scoring` (checked when a model is configured; call-time conditions aside)."""
+    return BACKENDS[backend].scoring(get_scoring_function(scoring))
+
+
+__all__ = ["AttentionCall", "BACKENDS", "BACKEND_NAMES", "Backend", "choose_backend", "dispatch", "static_refusal",
+           "supported_backends"]

@@ -1,0 +1,335 @@
+"""C++ source of the fused CPU kernel, part 2 of 2: the forward and backward kernels over (batch, key/value head,
+block) work items, their torch entry points and the operator registration.  See native_math.py for part 1 and
+native.py for the build.  Part of the remote-code unit (a string, no imports)."""
+
+KERNEL_SOURCE = r"""
+struct Forward {
+  const Problem& P;
+  const float* bound;
+  float* out;   // [B, H, Lq, Dv]
+  float* lse;   // [B, H, Lq] or nullptr
+  int64_t nqb;
+  std::atomic<bool>* nonfinite;  // set when a visible score is not finite (online rows check their scores)
+
+  struct Scratch {
+    std::vector<float> q, s, acc, m, l, alpha;
+    explicit Scratch(const Forward& f) {
+      const int64_t rows = f.P.G * f.P.bq;
+      q.resize(rows * f.P.D); s.resize(rows * f.P.bk); acc.resize(rows * f.P.Dv);
+      m.resize(rows); l.resize(rows); alpha.resize(rows);
+    }
+  };
+
+  void operator()(int64_t item, Scratch& w) const {
+    // heavy items first: the last query blocks see the most keys under a causal mask
+    const int64_t qb = nqb - 1 - item / (P.B * P.Hkv), bhk = item % (P.B * P.Hkv);
+    const int64_t bi = bhk / P.Hkv, hk = bhk % P.Hkv;
+    const int64_t i0 = qb * P.bq, R = std::min(P.bq, P.Lq - i0), rows = P.G * R;
+    const float* kb = P.k + bhk * P.Lk * P.D;
+    const float* vb = P.v + bhk * P.Lk * P.Dv;
+    // rows ordered (group head g, position r): the G query heads that share this key/value head go through
+    // each key tile together
+    bool fixed = true;
+    for (int64_t g = 0; g < P.G; ++g) {
+      const int64_t h = hk * P.G + g;
+      std::memcpy(w.q.data() + g * R * P.D, P.q + ((bi * P.H + h) * P.Lq + i0) * P.D, sizeof(float) * R * P.D);
+      for (int64_t r = 0; r < R; ++r) {
+        float bnd = bound[(bi * P.H + h) * P.Lq + i0 + r];
+        w.m[g * R + r] = bnd;
+        fixed = fixed && bnd <= P.fixed_max;
+      }
+    }
+    if (!fixed) std::fill(w.m.begin(), w.m.begin() + rows, -kInf);
+    std::fill(w.l.begin(), w.l.begin() + rows, 0.0f);
+    const int64_t kend = P.causal ? std::min(P.Lk, i0 + R) : P.Lk;
+    bool first = true;
+    for (int64_t j0 = 0; j0 < kend; j0 += P.bk) {
+      const int64_t C = std::min(P.bk, kend - j0);
+      float* S = w.s.data();
+      if (rows <= kFewRows) few_rows_scores(w.q.data(), kb + j0 * P.D, rows, C, P.D, S, P.bk);
+      else gemm(false, true, rows, C, P.D, 1.0f, w.q.data(), P.D, kb + j0 * P.D, P.D, 0.0f, S, P.bk);
+      bool rescale = false;
+      for (int64_t rr = 0; rr < rows; ++rr) {
+        const int64_t g = rr / R, r = rr % R, h = hk * P.G + g;
+        const Row rw = P.row(bi, h, i0 + r, j0, C);
+        float* srow = S + rr * P.bk;
+        const float b = P.b ? P.b[h] : 0.0f, n = P.b ? P.n[h] : 0.0f;
+        if (fixed) {
+          w.l[rr] += fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, w.m[rr]);
+          continue;
+        }
+        float lo, hi;
+        const bool finite = rw.mask ? row_range<true>(srow, rw.mask, rw.cend, &lo, &hi)
+                                    : row_range<false>(srow, nullptr, rw.cend, &lo, &hi);
+        if (!finite) {  // the torch path redoes the call (NaN/inf propagate there as in eager attention)
+          *nonfinite = true;
+          return;
+        }
+        const float m_prev = w.m[rr];
+        float m_new = m_prev;
+        if (hi != -kInf) {  // g is monotone in s: its maximum is g at one of the extreme scores
+          float ghi = g_exact(hi, P.scale, P.b != nullptr, b, n), glo = g_exact(lo, P.scale, P.b != nullptr, b, n);
+          m_new = std::max(m_prev, std::max(ghi, glo));
+        }
+        const float m_safe = m_new == -kInf ? 0.0f : m_new;
+        const float a = std::exp(m_prev - m_safe);
+        float sum = 0.0f;
+        if (hi != -kInf) sum = fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, m_safe);
+        else std::fill(srow, srow + C, 0.0f);
+        w.m[rr] = m_new;
+        w.l[rr] = w.l[rr] * a + sum;
+        w.alpha[rr] = a;
+        rescale = rescale || a != 1.0f;
+      }
+      if (!first && rescale)
+        for (int64_t rr = 0; rr < rows; ++rr) {
+          float* arow = w.acc.data() + rr * P.Dv;
+          const float a = w.alpha[rr];
+          for (int64_t d = 0; d < P.Dv; ++d) arow[d] *= a;
+        }
+      if (rows <= kFewRows) few_rows_values(S, P.bk, vb + j0 * P.Dv, rows, C, P.Dv, first, w.acc.data());
+      else gemm(false, false, rows, P.Dv, C, 1.0f, S, P.bk, vb + j0 * P.Dv, P.Dv, first ? 0.0f : 1.0f, w.acc.data(),
+                P.Dv);
+      first = false;
+    }
+    for (int64_t rr = 0; rr < rows; ++rr) {
+      const int64_t g = rr / R, r = rr % R, h = hk * P.G + g;
+      const int64_t orow = (bi * P.H + h) * P.Lq + i0 + r;
+      float* o = out + orow * P.Dv;
+      const float l = w.l[rr];
+      if (first || l == 0.0f) {  // no visible key: output 0, lse +inf (no weight, no gradient)
+        std::fill(o, o + P.Dv, 0.0f);
+        if (lse) lse[orow] = kInf;
+        continue;
+      }
+      const float inv = 1.0f / l;
+      const float* arow = w.acc.data() + rr * P.Dv;
+      for (int64_t d = 0; d < P.Dv; ++d) o[d] = arow[d] * inv;
+      if (lse) lse[orow] = (w.m[rr] == -kInf ? 0.0f : w.m[rr]) + std::log(l);
+    }
+  }
+};
+
+struct Backward {
+  const Problem& P;
+  const float *dout, *lse, *delta;  // [B, H, Lq, Dv], [B, H, Lq], [B, H, Lq]
+  float* dq;                        // [chunks, B, H, Lq, D] (partial sums when chunks > 1)
+  float *dk, *dv;                   // [B, Hkv, Lk, D], [B, Hkv, Lk, Dv], zero on entry
+  double* dn;                       // [chunks, B, H] sum(dg * g) or nullptr
+  int64_t nkb, chunks;
+
+  struct Scratch {
+    std::vector<float> s, dp;
+    explicit Scratch(const Backward& f) { s.resize(f.P.bq * f.P.bk); dp.resize(f.P.bq * f.P.bk); }
+  };
+
+  void operator()(int64_t item, Scratch& w) const {
+    const int64_t c = item % chunks, bhk = item / chunks;
+    const int64_t bi = bhk / P.Hkv, hk = bhk % P.Hkv;
+    const int64_t per = (nkb + chunks - 1) / chunks;
+    const float* kb = P.k + bhk * P.Lk * P.D;
+    const float* vb = P.v + bhk * P.Lk * P.Dv;
+    float* dkb = dk + bhk * P.Lk * P.D;
+    float* dvb = dv + bhk * P.Lk * P.Dv;
+    float* S = w.s.data();
+    float* dP = w.dp.data();
+    for (int64_t jb = c * per; jb < std::min(nkb, (c + 1) * per); ++jb) {
+      const int64_t j0 = jb * P.bk, C = std::min(P.bk, P.Lk - j0);
+      for (int64_t g = 0; g < P.G; ++g) {
+        const int64_t h = hk * P.G + g, bh = bi * P.H + h;
+        const float b = P.b ? P.b[h] : 0.0f, n = P.b ? P.n[h] : 0.0f;
+        const float* qh = P.q + bh * P.Lq * P.D;
+        const float* doh = dout + bh * P.Lq * P.Dv;
+        float* dqh = dq + (c * P.B * P.H + bh) * P.Lq * P.D;
+        double dn_acc = 0.0;
+        const int64_t istart = P.causal ? (j0 / P.bq) * P.bq : 0;
+        for (int64_t i0 = istart; i0 < P.Lq; i0 += P.bq) {
+          const int64_t R = std::min(P.bq, P.Lq - i0);
+          gemm(false, true, R, C, P.D, 1.0f, qh + i0 * P.D, P.D, kb + j0 * P.D, P.D, 0.0f, S, P.bk);
+          gemm(false, true, R, C, P.Dv, 1.0f, doh + i0 * P.Dv, P.Dv, vb + j0 * P.Dv, P.Dv, 0.0f, dP, P.bk);
+          bool any = false;
+          for (int64_t r = 0; r < R; ++r) {
+            const int64_t i = i0 + r;
+            Row rw = P.row(bi, h, i, j0, C);
+            const float L = lse[bh * P.Lq + i], d = delta[bh * P.Lq + i];
+            if (L == kInf) rw.cend = 0;
+            float* srow = S + r * P.bk;
+            float* drow = dP + r * P.bk;
+            float acc;
+            if (P.b) acc = rw.mask ? bwd_row<true, true>(srow, drow, rw.mask, rw.cend, P.scale, b, n, L, d)
+                                   : bwd_row<true, false>(srow, drow, nullptr, rw.cend, P.scale, b, n, L, d);
+            else acc = rw.mask ? bwd_row<false, true>(srow, drow, rw.mask, rw.cend, P.scale, b, n, L, d)
+                               : bwd_row<false, false>(srow, drow, nullptr, rw.cend, P.scale, b, n, L, d);
+            for (int64_t cc = rw.cend; cc < C; ++cc) { srow[cc] = 0.0f; drow[cc] = 0.0f; }
+            dn_acc += acc;
+            any = any || rw.cend > 0;
+          }
+          if (!any) continue;
+          gemm(true, false, C, P.Dv, R, 1.0f, S, P.bk, doh + i0 * P.Dv, P.Dv, 1.0f, dvb + j0 * P.Dv, P.Dv);
+          gemm(true, false, C, P.D, R, 1.0f, dP, P.bk, qh + i0 * P.D, P.D, 1.0f, dkb + j0 * P.D, P.D);
+          gemm(false, false, R, P.D, C, 1.0f, dP, P.bk, kb + j0 * P.D, P.D, 1.0f, dqh + i0 * P.D, P.D);
+        }
+        if (dn) dn[c * P.B * P.H + bh] += dn_acc;
+      }
+    }
+  }
+};
+
+Problem make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& b,
+                     const at::Tensor& n, const c10::optional<at::Tensor>& mask, bool causal, double scale,
+                     int64_t bq, int64_t bk) {
+  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
+              "ssa_hf fused kernel: float32 inputs expected");
+  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "ssa_hf fused kernel: contiguous inputs expected");
+  Problem P{};
+  P.q = q.data_ptr<float>(); P.k = k.data_ptr<float>(); P.v = v.data_ptr<float>();
+  P.B = q.size(0); P.H = q.size(1); P.Lq = q.size(2); P.D = q.size(3);
+  P.Hkv = k.size(1); P.Lk = k.size(2); P.Dv = v.size(3); P.G = P.H / P.Hkv;
+  const bool ssa = b.numel() > 0;
+  P.b = ssa ? b.data_ptr<float>() : nullptr;
+  P.n = ssa ? n.data_ptr<float>() : nullptr;
+  P.scale = (float)scale;
+  P.causal = causal;
+  if (mask.has_value()) {
+    const at::Tensor& m = *mask;
+    TORCH_CHECK(m.scalar_type() == at::kBool && m.dim() == 4, "ssa_hf fused kernel: 4-D bool mask expected");
+    TORCH_CHECK(m.stride(3) == 0 || m.stride(3) == 1, "ssa_hf fused kernel: mask rows must be contiguous");
+    P.mask = reinterpret_cast<const uint8_t*>(m.data_ptr<bool>());
+    P.msb = m.size(0) == 1 ? 0 : m.stride(0);
+    P.msh = m.size(1) == 1 ? 0 : m.stride(1);
+    P.msi = m.size(2) == 1 ? 0 : m.stride(2);
+    P.msj = m.size(3) == 1 ? 0 : m.stride(3);
+  }
+  P.bq = std::max<int64_t>(1, std::min(bq, P.Lq));
+  P.bk = std::max<int64_t>(1, std::min(bk, P.Lk));
+  return P;
+}
+
+}  // namespace
+
+// Forward: returns {out [B, H, Lq, Dv], lse [B, H, Lq]}, or {} when a query or key element is not finite.
+// Rows whose |g| bound (Cauchy-Schwarz) is at most fixed_max use it as a fixed offset: one pass per tile, no
+// running maximum, no rescaling of the partial output (40 keeps exp(g - bound) >= exp(-80), a normal float32).
+std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                          const at::Tensor& b, const at::Tensor& n,
+                                          const c10::optional<at::Tensor>& mask, bool causal, double scale,
+                                          int64_t bq, int64_t bk, bool need_lse, double fixed_max) {
+  Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
+  P.fixed_max = (float)fixed_max;
+  at::Tensor bound = at::empty({P.B, P.H, P.Lq}, q.options());
+  at::Tensor out = at::empty({P.B, P.H, P.Lq, P.Dv}, q.options());
+  at::Tensor lse = at::empty({need_lse ? P.B : 0, P.H, P.Lq}, q.options());
+  if (P.Lq == 0) return {out, lse};
+  if (P.Lk == 0) {
+    out.zero_();
+    if (need_lse) lse.fill_(kInf);
+    return {out, lse};
+  }
+  // Short query blocks (decoding steps): the bound would read all of K once more for a handful of rows; run the
+  // online maximum, which checks the scores it sees for inf/NaN instead.
+  if (P.Lq * P.G < 16) bound.fill_(kInf);
+  else if (!row_bounds(P, bound.data_ptr<float>())) return {};
+  P.bq = std::max<int64_t>(1, P.bq / P.G);  // block_q counts the rows of a work item, over its G query heads
+  // enough work items for every thread (short sequences, many cores): smaller query blocks
+  const int64_t want = 4 * (int64_t)at::get_num_threads();
+  while (P.bq > 16 && P.B * P.Hkv * ((P.Lq + P.bq - 1) / P.bq) < want) P.bq /= 2;
+  const int64_t nqb = (P.Lq + P.bq - 1) / P.bq;
+  std::atomic<bool> nonfinite{false};
+  Forward f{P, bound.data_ptr<float>(), out.data_ptr<float>(), need_lse ? lse.data_ptr<float>() : nullptr, nqb,
+            &nonfinite};
+  run_items(nqb * P.B * P.Hkv, f);
+  if (nonfinite.load()) return {};
+  return {out, lse};
+}
+
+// Backward: returns {dq, dk, dv, dn_sum [H] float64, db_sum [H] float64}; dn_sum = sum over rows of
+// sum(dL/dg * g) (dL/dn = dn_sum / n), db_sum = sum over rows of q . dq (dL/db = db_sum / b); both empty for
+// softmax or when need_bn is false.
+std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                                           const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                                           const at::Tensor& b, const at::Tensor& n,
+                                           const c10::optional<at::Tensor>& mask, bool causal, double scale,
+                                           int64_t bq, int64_t bk, bool need_bn) {
+  Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
+  TORCH_CHECK(dout.is_contiguous() && out.is_contiguous() && lse.is_contiguous(), "ssa_hf fused kernel: contiguous tensors expected");
+  const bool bn = need_bn && P.b != nullptr;
+  if (P.Lq == 0) return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kDouble)), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kDouble))};
+  {
+    at::Tensor bound = at::empty({P.B, P.H, P.Lq}, q.options());
+    if (!row_bounds(P, bound.data_ptr<float>())) return {};
+  }
+  at::Tensor delta = at::empty({P.B, P.H, P.Lq}, q.options());
+  {
+    const float* o = out.data_ptr<float>();
+    const float* d = dout.data_ptr<float>();
+    float* de = delta.data_ptr<float>();
+    const int64_t Dv = P.Dv;
+    at::parallel_for(0, P.B * P.H * P.Lq, 256, [&](int64_t s, int64_t e) {
+      for (int64_t r = s; r < e; ++r) {
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t x = 0; x < Dv; ++x) acc += o[r * Dv + x] * d[r * Dv + x];
+        de[r] = acc;
+      }
+    });
+  }
+  const int64_t nkb = P.Lk == 0 ? 0 : (P.Lk + P.bk - 1) / P.bk;
+  // enough items for every thread: split the key blocks of a (batch, kv head) when there are few of those
+  const int64_t want = 4 * (int64_t)at::get_num_threads();
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(nkb, (want + P.B * P.Hkv - 1) / (P.B * P.Hkv)));
+  at::Tensor dqp = at::zeros({chunks, P.B, P.H, P.Lq, P.D}, q.options());
+  at::Tensor dk = at::zeros_like(k);
+  at::Tensor dv = at::zeros_like(v);
+  at::Tensor dnp = bn ? at::zeros({chunks, P.B, P.H}, q.options().dtype(at::kDouble)) : at::Tensor();
+  Backward f{P, dout.data_ptr<float>(), lse.data_ptr<float>(), delta.data_ptr<float>(), dqp.data_ptr<float>(),
+             dk.data_ptr<float>(), dv.data_ptr<float>(), bn ? dnp.data_ptr<double>() : nullptr, nkb, chunks};
+  run_items(P.B * P.Hkv * chunks, f);
+  at::Tensor dq = chunks == 1 ? dqp[0] : dqp.sum(0);
+  at::Tensor dn_sum, db_sum;
+  if (bn) {
+    dn_sum = dnp.sum({0, 1});
+    at::Tensor qdq = at::empty({P.B, P.H}, q.options().dtype(at::kDouble));
+    const float* qp = P.q;
+    const float* dqq = dq.data_ptr<float>();
+    double* out_p = qdq.data_ptr<double>();
+    const int64_t L = P.Lq, D = P.D;
+    at::parallel_for(0, P.B * P.H, 1, [&](int64_t s, int64_t e) {
+      for (int64_t bh = s; bh < e; ++bh) {
+        double acc = 0.0;
+        for (int64_t i = 0; i < L; ++i) {
+          float row = 0.0f;
+          const float* a = qp + (bh * L + i) * D;
+          const float* c = dqq + (bh * L + i) * D;
+#pragma omp simd reduction(+ : row)
+          for (int64_t x = 0; x < D; ++x) row += a[x] * c[x];
+          acc += row;
+        }
+        out_p[bh] = acc;
+      }
+    });
+    db_sum = qdq.sum(0);
+  } else {
+    dn_sum = at::empty({0}, q.options().dtype(at::kDouble));
+    db_sum = at::empty({0}, q.options().dtype(at::kDouble));
+  }
+  return {dq, dk, dv, dn_sum, db_sum};
+}
+
+// The number of threads that ran a parallel region of n items (tests: the kernel really runs on torch's pool).
+int64_t ssa_parallel_width(int64_t n) {
+  std::atomic<int64_t> width{0};
+  at::parallel_for(0, n, 1, [&](int64_t, int64_t) {
+    const int64_t t = at::get_thread_num() + 1;
+    int64_t w = width.load();
+    while (t > w && !width.compare_exchange_weak(w, t)) {
+    }
+  });
+  return width.load();
+}
+
+TORCH_LIBRARY(SSA_HF_NS, m) {
+  m.def("parallel_width", &ssa_parallel_width);
+  m.def("forward", &ssa_fused_forward);
+  m.def("backward", &ssa_fused_backward);
+}
+"""

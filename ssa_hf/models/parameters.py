@@ -1,0 +1,186 @@
+"""Declared parameters of scoring functions, and the module that holds one parameter.
+
+A scoring function declares each of its per-head parameters once, as a `ParameterSpec` in its registry entry:
+the name the kernels read (b, n, t, ...), the config field of its initial (or fixed) value with its default,
+range and documentation, whether it is learned (always, never, or as a config flag says), the floor its
+parametrisation keeps it above, and how an unset value is derived. The config fields, their validation and
+documentation, `ScoringParameters`, the model-card fields, the load-time checks and the docs tables are all
+derived from these declarations (`settings.py`); `Choice` declares the two settings every parameter shares
+(`scoring_granularity`, `scoring_parametrization`).
+
+Part of the remote-code unit: imports only torch and the standard library.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+PARAMETRIZATIONS = ("softplus", "exp", "raw")
+GRANULARITIES = ("head", "layer")
+# Initial (or fixed) values of the positive scoring parameters are kept within [1e-4, 1e4] so that they survive
+# a cast of the model to float16 (whose range ends at 65504 and whose normal numbers start at 6e-5) and
+# n * log1p(b |s|) stays finite in float32 for any score a model produces.
+PARAMETER_LIMITS = (1e-4, 1e4)
+
+
+def closest_name(value, choices) -> str:
+    """'; did you mean X?' for a near miss among `choices`, else '.' (ends the sentence either way)."""
+    match = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    return f"; did you mean {match[0]!r}?" if match else "."
+
+
+def is_real(value) -> bool:
+    """A real number that is not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A setting with a fixed set of values, shared by every parameter of a layer (e.g. `scoring_granularity`)."""
+
+    field: str
+    choices: tuple[str, ...]
+    default: str
+    doc: str
+    old_name: str | None = None  # the field's name in configs saved before it was renamed (still accepted)
+
+    def check(self, value) -> None:
+        if value not in self.choices:
+            raise ValueError(f"{self.field} must be one of {self.choices}, got {value!r}{closest_name(value, self.choices)}")
+
+
+@dataclass(frozen=True)
+class ParameterSpec:
+    """One per-head parameter of a scoring function, declared once (see the module docstring)."""
+
+    name: str  # key of the parameter dict the kernels read
+    field: str  # config field of the initial (or fixed) value
+    doc: str  # documentation of `field`
+    default: float | None = None  # None: unset, then `derive` or `required` applies
+    low: float = 0.0  # allowed range of `field`: [low, high], low excluded when `low_open`
+    high: float = math.inf
+    low_open: bool = False
+    learn_field: str | None = None  # config flag saying whether the parameter is trained
+    learn_default: bool = False
+    learn_doc: str = ""
+    learnable: bool = False  # whether it is trained, when there is no `learn_field`
+    floor: float = 0.0  # the value stays above it (softplus); `floor_included`: at or above
+    floor_included: bool = False
+    follows_parametrization: bool = False  # stored as `scoring_parametrization` says (else softplus)
+    cap: float | None = None  # clamped to at most this when read
+    derive: Callable[[Mapping], float | None] | None = None  # the value of an unset field, from the settings
+    required: str = ""  # the error when the value is still unset (and the parameter is not `optional`)
+    optional: bool = False  # the function runs without it (then left out of the parameter dict)
+
+    def describe(self) -> str:
+        left = "(" if self.low_open else "["
+        high = "inf)" if math.isinf(self.high) else f"{self.high:g}]"
+        return f"{left}{self.low:g}, {high}"
+
+    def check(self, value) -> None:
+        """Raise ValueError naming the field when `value` is not a finite number in range (None: when optional)."""
+        if value is None and self.default is None:
+            return
+        if not is_real(value):
+            raise ValueError(f"{self.field} must be a number in {self.describe()}, got {value!r} ({type(value).__name__})")
+        above_low = value > self.low if self.low_open else value >= self.low
+        if not (math.isfinite(value) and above_low and value <= self.high):
+            raise ValueError(f"{self.field} must be a finite number in {self.describe()}, got {value!r}")
+
+    def check_flag(self, value) -> None:
+        if self.learn_field is not None and not isinstance(value, bool):
+            raise ValueError(f"{self.learn_field} must be true or false, got {value!r}")
+
+    def is_learned(self, settings: Mapping) -> bool:
+        return bool(settings[self.learn_field]) if self.learn_field else self.learnable
+
+    def can_learn(self) -> bool:
+        return self.learn_field is not None or self.learnable
+
+    def parametrization(self, settings: Mapping) -> str:
+        return settings["scoring_parametrization"] if self.follows_parametrization else "softplus"
+
+    def initial_value(self, settings: Mapping) -> float | None:
+        """The configured value, else the derived one; raises `required` when neither exists."""
+        value = settings.get(self.field)
+        if value is None and self.derive is not None:
+            value = self.derive(settings)
+        if value is None and not self.optional:
+            raise ValueError(self.required or f"{self.field} is unset and has no default; set it")
+        return None if value is None else float(value)
+
+    def load_bound(self, settings: Mapping) -> tuple[float, bool]:
+        """(bound, included) that a loaded value must respect: the floor, > 0 under a learned `exp`, any finite
+        value under a learned `raw`."""
+        if self.is_learned(settings) and self.parametrization(settings) == "raw":
+            return -math.inf, True  # raw: any finite value (the authors' 114M run trains n unclamped)
+        if self.is_learned(settings) and self.parametrization(settings) == "exp":
+            return 0.0, False  # exp(raw) keeps the value positive, not above the floor
+        return self.floor, self.floor_included
+
+
+def max_positions(settings: Mapping) -> float | None:
+    """The default of a length parameter: the model's max_position_embeddings (None outside a model)."""
+    value = settings.get("max_position_embeddings")
+    return float(value) if value else None
+
+
+def _inverse_softplus(y: float) -> float:
+    return y + math.log(-math.expm1(-y))
+
+
+class ConstrainedParameter(nn.Module):
+    """A positive per-head (or per-layer) quantity `floor + map(raw)`, learnable or fixed.
+
+    - `softplus`: value = floor + softplus(raw): stays above `floor` whatever the optimiser does.
+    - `exp`: value = exp(raw), the authors' parametrisation (b = e^a, n = e^r); `floor` is not enforced.
+    - `raw`: value = raw, stored as is and trained without any constraint (the authors' 114M decoder trains n
+      from 1.5 this way: it may leave [1, inf) and even turn negative); `floor` is not enforced.
+    A fixed parameter is a buffer holding the value itself. `size` is the number of heads, or 1 for one
+    value per layer (broadcast to all heads by `forward`).
+    """
+
+    def __init__(self, init: float, size: int, num_heads: int, learnable: bool, parametrization: str, floor: float = 0.0):
+        super().__init__()
+        if parametrization not in PARAMETRIZATIONS:
+            raise ValueError(f"parametrization must be one of {PARAMETRIZATIONS}, got {parametrization!r}")
+        self.floor, self.parametrization, self.num_heads, self.learnable = floor, parametrization, num_heads, learnable
+        if not learnable:
+            self.register_buffer("value", torch.full((size,), float(init)), persistent=True)
+            return
+        self.raw = nn.Parameter(torch.full((size,), self._raw(init)))
+
+    def _raw(self, init: float) -> float:
+        if self.parametrization == "raw":
+            return float(init)
+        if self.parametrization == "exp":
+            return math.log(init)
+        # keep the initial value strictly above the floor so that the raw value is finite
+        return _inverse_softplus(max(init - self.floor, 1e-3))
+
+    def forward(self) -> Tensor:
+        if not self.learnable:
+            value = self.value
+        elif self.parametrization == "raw":
+            value = self.raw
+        elif self.parametrization == "exp":
+            value = torch.exp(self.raw)
+        else:
+            value = self.floor + F.softplus(self.raw)
+        return value.expand(self.num_heads) if value.numel() == 1 else value
+
+    def reset(self, init: float) -> None:
+        """Set the value again (used by `_init_weights`)."""
+        with torch.no_grad():
+            if self.learnable:
+                self.raw.fill_(self._raw(init))
+            else:
+                self.value.fill_(init)

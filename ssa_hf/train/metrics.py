@@ -1,0 +1,225 @@
+"""What a pretraining run reports: the scoring parameters' values and statistics, the hyperparameters for the
+trackers, the distributed bookkeeping, metrics.json, the model card's training section, and the final folder
+(`export_final`) with its optional push to the Hub."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..reporting import atomic_write_bytes
+from .checkpoint import on_main
+from .config import PretrainConfig
+
+_LAYER = re.compile(r"\.(\d+)\.")
+
+
+def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """A sharded (FSDP2 DTensor) value gathered whole; every process must call this in the same order."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+@torch.no_grad()
+def scoring_values(model) -> dict[str, dict[str, list[float]]]:
+    """Every scoring parameter's current value per head, keyed by module path ({"model.layers.0.self_attn.scoring":
+    {"b": [...], "n": [...]}}; a mixture of scoring heads gives "<function>.<name>" keys). Works on sharded models."""
+    from ..models.scoring import ScoringModule
+
+    out: dict[str, dict[str, list[float]]] = {}
+    seen: list[str] = []
+    for path, module in model.named_modules():
+        if not isinstance(module, ScoringModule) or any(path.startswith(p + ".") for p in seen):
+            continue  # (the groups inside a mixture are reported by the mixture)
+        seen.append(path)
+        values = module()
+        nested = bool(values) and isinstance(next(iter(values.values())), dict)
+        groups = values.items() if nested else [("", values)]
+        entry = {}
+        for group, params in groups:
+            for name, value in params.items():
+                entry[f"{group}.{name}" if group else name] = full_tensor(value).detach().double().cpu().tolist()
+        if entry:
+            out[path] = entry
+    return out
+
+
+def scoring_statistics(model) -> dict[str, float]:
+    """Mean, min and max of every scoring parameter (b and n of SSA, t, s, alpha, ...) per layer, e.g.
+    {"ssa/layer_00/n_mean": 1.49, ...}."""
+    stats: dict[str, float] = {}
+    for path, params in scoring_values(model).items():
+        match = _LAYER.search(path + ".")
+        layer = f"layer_{int(match.group(1)):02d}" if match else path
+        for name, numbers in params.items():
+            tensor = torch.tensor(numbers, dtype=torch.float64).reshape(-1)
+            key = f"ssa/{layer}/{name.replace('.', '_')}"
+            stats[f"{key}_mean"] = float(tensor.mean())
+            stats[f"{key}_min"] = float(tensor.min())
+            stats[f"{key}_max"] = float(tensor.max())
+    return stats
+
+
+def flat_hparams(config: PretrainConfig) -> dict[str, Any]:
+    """The config as flat scalars (TensorBoard's hparams accept nothing else)."""
+    flat: dict[str, Any] = {}
+
+    def visit(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                visit(f"{prefix}/{key}" if prefix else str(key), item)
+        elif isinstance(value, (int, float, str, bool)):
+            flat[prefix] = value
+        else:
+            flat[prefix] = str(value)
+
+    visit("", config.to_dict())
+    return flat
+
+
+@torch.no_grad()
+def parameter_fingerprint(model) -> torch.Tensor:
+    """Per-tensor (sum, position-weighted sum) in float64: equal across processes iff the weights are (in practice).
+    Sharded parameters are gathered first (collective)."""
+    rows = []
+    for parameter in model.parameters():
+        flat = full_tensor(parameter).detach().double().flatten()
+        weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64, device=flat.device) / flat.numel()
+        rows.append(torch.stack([flat.sum(), (flat * weights).sum()]))
+    return torch.stack(rows).flatten()
+
+
+def distributed_summary(accelerator, model, examples_seen: int, first_indices: list[int] | None, width: int) -> dict:
+    """Who took part, with what data, and whether the weights stayed identical on every process (collective)."""
+    fingerprints = accelerator.gather(parameter_fingerprint(model).unsqueeze(0))
+    processes = accelerator.gather(torch.tensor(
+        [[accelerator.process_index, accelerator.num_processes, examples_seen]], device=accelerator.device
+    ))
+    first = (first_indices or [])[:width]
+    firsts = accelerator.gather(torch.tensor([first + [-1] * (width - len(first))], device=accelerator.device))
+    return {
+        "num_processes": accelerator.num_processes,
+        "processes": [
+            {"rank": int(r[0]), "num_processes_seen": int(r[1]), "examples_seen": int(r[2]),
+             "first_batch_indices": [int(i) for i in f.tolist()]}
+            for r, f in zip(processes.tolist(), firsts)
+        ],
+        "parameter_fingerprint_max_abs_diff": float((fingerprints - fingerprints[0]).abs().max()),
+    }
+
+
+def gather_ints(accelerator, value: int) -> list[int]:
+    """`value` of every process (collective)."""
+    return [int(v) for v in accelerator.gather(torch.tensor([value], device=accelerator.device)).tolist()]
+
+
+def truncate_history(path: Path, step: int) -> None:
+    """Drop the records written after the checkpoint a run resumes from."""
+    if not path.is_file():
+        return
+    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= step]
+    atomic_write_bytes(path, ("\n".join(kept) + "\n").encode() if kept else b"")
+
+
+def read_history(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def versions() -> dict[str, str]:
+    import accelerate
+    import datasets
+    import tokenizers
+    import transformers
+
+    from .. import __version__
+
+    return {"ssa_hf": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "accelerate": accelerate.__version__, "datasets": datasets.__version__, "tokenizers": tokenizers.__version__}
+
+
+def training_card_info(config: PretrainConfig, metrics: dict[str, Any]) -> dict[str, Any]:
+    """The training section of the model card."""
+    sources = [config.data.train] + ([config.data.validation] if config.data.validation else [])
+    hub = [s.path for s in sources if not s.is_local]
+    info: dict[str, Any] = {}
+    if hub:
+        info["datasets"] = hub
+    info.update({
+        "task": config.task,
+        "data": config.data.train.describe() if not config.data.train.is_local else Path(config.data.train.describe()).name,
+        "validation": metrics.get("validation_data"),
+        "steps": metrics.get("steps"),
+        "tokens": metrics.get("tokens_seen"),
+        "global_batch_size": metrics.get("global_batch_size"),
+        "sequence_length": config.data.block_size if config.task == "causal" else config.data.max_length,
+        "learning_rate": config.learning_rate,
+        "lr_scheduler": f"{config.lr_scheduler}, {config.warmup_steps} warm-up steps",
+        "weight_decay": config.weight_decay,
+        "max_grad_norm": config.max_grad_norm,
+        "mixed_precision": metrics.get("mixed_precision"),
+        "processes": metrics.get("distributed", {}).get("num_processes"),
+        "final_train_loss": _round(metrics.get("final_train_loss")),
+        "validation_loss": _round(metrics.get("eval_loss")),
+        "validation_perplexity": _round(metrics.get("eval_perplexity")),
+        "tokenizer": config.tokenizer.pretrained or f"byte-level BPE, {config.tokenizer.vocab_size} tokens, trained on the training split",
+        "seed": config.seed,
+        "trained_with": "ssa-hf pretrain (accelerate)",
+    })
+    return {k: v for k, v in info.items() if v is not None}
+
+
+def _round(value):
+    return round(value, 4) if isinstance(value, float) and math.isfinite(value) else value
+
+
+def export_final(accelerator, model, tokenizer, config: PretrainConfig, metrics: dict[str, Any], output_dir: Path) -> Path:
+    """Write `<output_dir>/final`: the Hub-ready checkpoint (weights + remote code, tokenizer, model card,
+    training_config.yaml, metrics.json), atomically."""
+    from ..hub import save_checkpoint_folder
+
+    final = output_dir / "final"
+    accelerator.wait_for_everyone()
+    if accelerator.distributed_type.name.startswith("FSDP") or getattr(accelerator, "is_fsdp2", False):
+        # sharded weights: gather the full state dict (collective) into an unsharded copy on the main process
+        state = accelerator.get_state_dict(model)
+        if accelerator.is_main_process:
+            copy = type(model)(model.config)
+            copy.load_state_dict(state)
+            model = copy
+
+    def write() -> None:
+        save_checkpoint_folder(
+            model,
+            final,
+            tokenizer=tokenizer,
+            overwrite=True,
+            extra_files={
+                "training_config.yaml": config.to_yaml(),
+                "metrics.json": json.dumps(_jsonable(metrics), indent=2) + "\n",
+            },
+            training=training_card_info(config, metrics),
+            base_preset=config.model.preset,
+            model_name=config.run_name or output_dir.resolve().name,
+        )
+
+    on_main(accelerator, write)  # (a failure, e.g. a full disk, stops every process, not only the main one)
+    return final
+
+
+def _jsonable(value):
+    from ..reporting import _jsonable as convert
+
+    return convert(value)
+
+
+def push_final(final_dir: str | Path, config: PretrainConfig, dry_run: bool = False):
+    """Upload the final folder to `config.push_to_hub` through `ssa_hf.hub.push_to_hub`."""
+    from ..hub import push_to_hub
+
+    return push_to_hub(final_dir, config.push_to_hub, private=config.hub_private, dry_run=dry_run)
