@@ -4,25 +4,28 @@ SUMMARY = "run the paper's claims at a stated scale (cpu: about an hour on 2 cor
 
 
 def run(args) -> int:
+    import os
     import shlex
     import sys
 
     from ..reproduce import load_config, plan, run_reproduce, scale_config_path
+    from ..reproduce.config import repository_root
 
     path = args.config or str(scale_config_path(args.scale))
+    shown = os.path.relpath(path, repository_root()) if os.path.abspath(path).startswith(str(repository_root())) else path
     config = load_config(path)
     if args.data_dir:
         config.data_dir = args.data_dir
     if args.workers:
         config.workers = args.workers
     if args.plan or (config.scale == "paper" and not args.execute):
-        print(f"plan of {path} (scale {config.scale}):")
+        print(f"plan of {shown} (scale {config.scale}):")
         print("\n".join(f"  {line}" for line in plan(config)))
         if config.scale == "paper" and not args.execute:
             print("this is the GPU scale: add --execute to run it")
         return 0
     command = "ssa-hf " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["reproduce"] else "ssa-hf reproduce"
-    summary = run_reproduce(config, args.output_dir, command=command, config_path=path, results_file=args.results_file,
+    summary = run_reproduce(config, args.output_dir, command=command, config_path=shown, results_file=args.results_file,
                             report_only=args.report_only)
     for claim in summary["claims"]:
         primary = next(r for r in claim["rows"] if r["primary"])

@@ -204,7 +204,7 @@ def run_reproduce(config: ReproduceConfig, output_dir: str | os.PathLike, *, com
         os.environ["SSA_HF_DATA_DIR"] = str(Path(config.data_dir).expanduser().resolve())
     out = OutputDir(output_dir)
     meta = {"scale": config.scale, "description": config.description, "command": command, "config_path": config_path,
-            "environment": environment()}
+            "environment": environment(), "report_only": report_only}
     progress = Progress(config, out, meta, results_file)
     _run_icl(progress, report_only)
     specs = interleaved_specs(config, out.path)

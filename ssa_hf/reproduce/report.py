@@ -107,6 +107,9 @@ def results_markdown(summary: dict) -> str:
         f"- Config: `{summary['config_path']}` — {summary['description']}",
         "",
     ]
+    if summary.get("report_only"):
+        lines[4:4] = ["- Tabulated with `--report-only`: nothing ran in this call; the table holds the runs that finished "
+                      "in earlier calls (their logs and timings are in the output folder)."]
     if summary.get("pending"):
         lines += [f"**Partial:** not finished yet: {', '.join(summary['pending'])} (fewer than 2 paired seeds, or the "
                   "experiment is still running). The same command resumes and reuses every finished run.", ""]
