@@ -33,16 +33,18 @@ def unique_parameter_count(model: torch.nn.Module) -> int:
 
 
 def llama_parameter_formula(c: SSALlamaConfig) -> int:
-    """Count of a Llama decoder by hand: embeddings, attention, SwiGLU, norms, head, learned scoring values."""
+    """Count of a Llama decoder by hand: embeddings, attention, MLP (SwiGLU: 3 matrices; relu2: 2), norms (RMSNorm:
+    a gain; LayerNorm1P: a gain and a bias), head, learned scoring values."""
     head_dim = c.hidden_size // c.num_attention_heads
     attention = 2 * c.hidden_size * c.num_attention_heads * head_dim + 2 * c.hidden_size * c.num_key_value_heads * head_dim
-    mlp = 3 * c.hidden_size * c.intermediate_size
-    per_layer = attention + mlp + 2 * c.hidden_size
+    mlp = (2 if c.mlp_type == "relu2" else 3) * c.hidden_size * c.intermediate_size
+    norm = (2 if c.norm_type == "layernorm1p" else 1) * c.hidden_size
+    per_layer = attention + mlp + 2 * norm
     embeddings = c.vocab_size * c.hidden_size
     head = 0 if c.tie_word_embeddings else c.vocab_size * c.hidden_size
     values = c.num_attention_heads if c.scoring_granularity == "head" else 1
     scoring = values * (int(c.ssa_learn_b) + int(c.ssa_learn_n)) if c.attention_scoring == "ssa" else 0
-    return embeddings + c.num_hidden_layers * (per_layer + scoring) + c.hidden_size + head
+    return embeddings + c.num_hidden_layers * (per_layer + scoring) + norm + head
 
 
 def gpt2_parameter_formula(c) -> int:
@@ -97,9 +99,12 @@ def test_decoder_114m_matches_the_paper_model():
     assert config.tie_word_embeddings and 49_000 <= config.vocab_size <= 51_000
     count = count_parameters(config)
     assert abs(count - 114e6) <= 0.05 * 114e6, count
-    # the SwiGLU width keeps the MLP's parameters equal to the paper's 2-matrix MLP of 3,072
-    assert 3 * config.hidden_size * config.intermediate_size == 2 * config.hidden_size * 3072
+    # Nemotron's block: a two-matrix squared-ReLU MLP of 3,072, LayerNorm1P, RoPE on half of each head, std 0.0134
+    assert (config.mlp_type, config.intermediate_size, config.norm_type) == ("relu2", 3072, "layernorm1p")
+    assert config.rotary_fraction() == 0.5 and config.initializer_range == 0.0134 and config.rms_norm_eps == 1e-5
+    assert count == 114_133_260
     assert (config.ssa_learn_b, config.ssa_b_init, config.ssa_learn_n, config.ssa_n_init) == (False, 0.8, True, 1.5)
+    assert config.scoring_parametrization == "raw"  # n trained with no clamp, as the authors' run
 
 
 def test_icl_and_babyberta_shapes():
@@ -190,7 +195,7 @@ def test_params_command_prints_counts(capsys):
     for name, line in rows.items():
         expected = count_parameters(load_model_config(name, attention_scoring="softmax"))
         assert f"{expected:,}" in line
-    assert re.search(r"\| decoder_114m \| SSALlamaForCausalLM \| 12 \| 768 \| 2048 \| 24 \| 8 \| 50257 \|", out)
+    assert re.search(r"\| decoder_114m \| SSALlamaForCausalLM \| 12 \| 768 \| 3072 \| 24 \| 8 \| 50257 \|", out)
     assert describe_parameters("decoder_114m").parameters_m == pytest.approx(114.1, abs=0.05)
 
 

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 from huggingface_hub.dataclasses import strict
 from transformers import LlamaConfig
 
 from .configuration_common import OUTPUT_ATTENTIONS, SCORING_CONFIG_DOC, ScoringConfigMixin, validate_output_attentions
+
+
+MLP_TYPES = ("swiglu", "relu2")
+NORM_TYPES = ("rmsnorm", "layernorm1p")
 
 
 @strict
@@ -19,6 +25,25 @@ class SSALlamaConfig(LlamaConfig, ScoringConfigMixin):
         attention_only (`bool`, *optional*, defaults to `False`):
             Drop the MLP block of every layer (the attention-only variant of the paper's in-context-learning
             experiments).
+        mlp_type (`str`, *optional*, defaults to `"swiglu"`):
+            The feed-forward block. `"swiglu"`: Llama's gated MLP, down(act(gate(x)) * up(x)) with three matrices
+            and `hidden_act` (silu by default). `"relu2"`: Nemotron's two-matrix MLP, down(relu(up(x))^2) (squared
+            ReLU); `hidden_act` is then set to `"relu2"`, the activation it uses, and any other value is refused.
+            `intermediate_size` is the width of either (the 114M paper model: 3,072 with `"relu2"`).
+        norm_type (`str`, *optional*, defaults to `"rmsnorm"`):
+            The normalisation layers (before attention, before the MLP, and after the last layer). `"rmsnorm"`:
+            Llama's RMSNorm (a gain, no bias). `"layernorm1p"`: Nemotron's LayerNorm with a zero-centred gain: the
+            stored weight w is gamma - 1, so the output is LayerNorm(x) * (1 + w) + bias, with w and bias
+            initialised to 0 (weight decay then pulls gamma towards 1, not 0). Both use `rms_norm_eps` as epsilon.
+        partial_rotary_factor (`float`, *optional*):
+            The fraction of each head's dimensions that RoPE rotates, in (0, 1]; the others carry no position
+            (Nemotron: 0.5). Unset: the value in `rope_parameters` (transformers' place for it), else 1.0 (full
+            RoPE, Llama). It must give an even number of rotated dimensions, and values below 1 need
+            `rope_type="default"`. The rotated dimensions are pairs (i, i + head_dim / 2) for the first
+            `head_dim * factor / 2` values of i (Llama's rotate-half layout); Nemotron rotates the first
+            `head_dim * factor` dimensions instead. The two are the same model up to a fixed permutation of the
+            query/key dimensions, which the projections absorb, so a model trained here is equivalent, but
+            Nemotron weights would need that permutation to load.
     """ + SCORING_CONFIG_DOC + r"""
     The attention implementation defaults to `"ssa_auto"` (the best ssa-hf backend for the device and for whether
     gradients are needed); `"ssa_eager"`, `"ssa_flex"` and `"ssa_blockwise"` pick one. transformers' standard names
@@ -37,13 +62,51 @@ class SSALlamaConfig(LlamaConfig, ScoringConfigMixin):
 
     model_type = "ssa_llama"
     attention_only: bool = False
+    mlp_type: str = "swiglu"
+    norm_type: str = "rmsnorm"
+    partial_rotary_factor: float | int | None = None
 
     output_attentions = OUTPUT_ATTENTIONS
     validate_output_attentions = validate_output_attentions
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
+        self.validate_block()
         self.validate_scoring()
+
+    def rotary_fraction(self) -> float:
+        """The fraction of each head's dimensions RoPE rotates (1.0: all)."""
+        value = (self.rope_parameters or {}).get("partial_rotary_factor")
+        return 1.0 if value is None else float(value)
+
+    def validate_block(self) -> None:
+        """Check mlp_type, norm_type and partial_rotary_factor; raise ValueError naming the field."""
+        if self.mlp_type not in MLP_TYPES:
+            raise ValueError(f"mlp_type must be one of {MLP_TYPES}, got {self.mlp_type!r}")
+        if self.norm_type not in NORM_TYPES:
+            raise ValueError(f"norm_type must be one of {NORM_TYPES}, got {self.norm_type!r}")
+        if self.mlp_type == "relu2":
+            if self.hidden_act not in ("silu", "relu2"):
+                raise ValueError(f"mlp_type='relu2' uses squared ReLU, but hidden_act={self.hidden_act!r}: leave "
+                                 "hidden_act unset (or 'relu2'), or use mlp_type='swiglu' for a gated MLP with it")
+            self.hidden_act = "relu2"
+        rope = self.rope_parameters or {}
+        if self.partial_rotary_factor is not None and rope.get("partial_rotary_factor") != self.partial_rotary_factor:
+            raise ValueError(f"partial_rotary_factor={self.partial_rotary_factor} disagrees with rope_parameters"
+                             f"['partial_rotary_factor']={rope.get('partial_rotary_factor')}; set one of them")
+        self._validate_rotary(rope)
+
+    def _validate_rotary(self, rope: dict) -> None:
+        fraction = self.rotary_fraction()
+        if isinstance(fraction, bool) or not (math.isfinite(fraction) and 0 < fraction <= 1):
+            raise ValueError(f"partial_rotary_factor must be a number in (0, 1], got {fraction!r}")
+        rotated = self.head_dim * fraction
+        if fraction < 1 and (abs(rotated - round(rotated)) > 1e-6 or round(rotated) < 2 or round(rotated) % 2):
+            raise ValueError(f"partial_rotary_factor={fraction} rotates {rotated:g} of the {self.head_dim} dimensions "
+                             "of a head; RoPE needs a whole even number >= 2 of them: choose another factor")
+        if fraction < 1 and rope.get("rope_type", "default") != "default":
+            raise ValueError(f"partial_rotary_factor < 1 is supported with rope_type 'default' only, got "
+                             f"{rope.get('rope_type')!r}")
 
 
 __all__ = ["SSALlamaConfig"]

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-PARAMETRIZATIONS = ("softplus", "exp")
+PARAMETRIZATIONS = ("softplus", "exp", "raw")
 GRANULARITIES = ("head", "layer")
 # Initial (or fixed) values of the positive scoring parameters are kept within [1e-4, 1e4] so that they survive
 # a cast of the model to float16 (whose range ends at 65504 and whose normal numbers start at 6e-5) and
@@ -118,7 +118,10 @@ class ParameterSpec:
         return None if value is None else float(value)
 
     def load_bound(self, settings: Mapping) -> tuple[float, bool]:
-        """(bound, included) that a loaded value must respect: the floor, or > 0 under a learned `exp`."""
+        """(bound, included) that a loaded value must respect: the floor, > 0 under a learned `exp`, any finite
+        value under a learned `raw`."""
+        if self.is_learned(settings) and self.parametrization(settings) == "raw":
+            return -math.inf, True  # raw: any finite value (the authors' 114M run trains n unclamped)
         if self.is_learned(settings) and self.parametrization(settings) == "exp":
             return 0.0, False  # exp(raw) keeps the value positive, not above the floor
         return self.floor, self.floor_included
@@ -139,6 +142,8 @@ class ConstrainedParameter(nn.Module):
 
     - `softplus`: value = floor + softplus(raw): stays above `floor` whatever the optimiser does.
     - `exp`: value = exp(raw), the authors' parametrisation (b = e^a, n = e^r); `floor` is not enforced.
+    - `raw`: value = raw, stored as is and trained without any constraint (the authors' 114M decoder trains n
+      from 1.5 this way: it may leave [1, inf) and even turn negative); `floor` is not enforced.
     A fixed parameter is a buffer holding the value itself. `size` is the number of heads, or 1 for one
     value per layer (broadcast to all heads by `forward`).
     """
@@ -154,6 +159,8 @@ class ConstrainedParameter(nn.Module):
         self.raw = nn.Parameter(torch.full((size,), self._raw(init)))
 
     def _raw(self, init: float) -> float:
+        if self.parametrization == "raw":
+            return float(init)
         if self.parametrization == "exp":
             return math.log(init)
         # keep the initial value strictly above the floor so that the raw value is finite
@@ -162,6 +169,8 @@ class ConstrainedParameter(nn.Module):
     def forward(self) -> Tensor:
         if not self.learnable:
             value = self.value
+        elif self.parametrization == "raw":
+            value = self.raw
         elif self.parametrization == "exp":
             value = torch.exp(self.raw)
         else:

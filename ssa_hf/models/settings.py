@@ -29,7 +29,9 @@ CHOICES = (
     Choice("scoring_parametrization", PARAMETRIZATIONS, "softplus",
            'How learnable b and n are stored. `"softplus"`: b = softplus(raw) > 0 and n = 1 + softplus(raw) >= 1 '
            'whatever the optimiser does; `"exp"`: b = exp(a), n = exp(r) (the authors\' nanoGPT code; n >= 1 is not '
-           "enforced).", old_name="ssa_parametrization"),
+           'enforced); `"raw"`: b and n are the parameters themselves, trained without any constraint (the authors\' '
+           "114M decoder: n from 1.5, unclamped, may fall below 1 or 0; a learned b that reaches 0 or below makes SSA "
+           "undefined, which is why that run keeps b fixed).", old_name="ssa_parametrization"),
 )
 # names of configs saved before the rename -> the canonical names (still accepted when loading)
 OLD_NAMES = {c.old_name: c.field for c in CHOICES if c.old_name}

@@ -50,7 +50,7 @@ def test_card_from_config_has_metadata_and_text():
     assert data.library_name == "transformers" and data.pipeline_tag == "text-generation"
     assert {"ssa-hf", "scaled-signed-averaging", "ssa-attention"} <= set(data.tags)
     assert data.datasets == ["HuggingFaceFW/fineweb-edu"] and data.license == "apache-2.0"
-    assert data.ssa_hf["base_preset"] == "decoder_114m" and data.ssa_hf["parameters"] == 114_114_060
+    assert data.ssa_hf["base_preset"] == "decoder_114m" and data.ssa_hf["parameters"] == 114_133_260
     assert data.ssa_hf["scoring"]["ssa_b_init"] == 0.8
     assert {(r.task_name, r.metric_type, r.metric_value) for r in data.eval_results} == {
         ("arc_easy", "acc_norm", 0.5387), ("boolq", "acc", 0.5618)}
@@ -58,7 +58,7 @@ def test_card_from_config_has_metadata_and_text():
     assert "someone/ssa-114m" in text and "trust_remote_code=True" in text and "import ssa_hf" in text
     assert "majority 0.622" in text and "| steps | 22000 |" in text
     assert "Naim, Omar" in text and "2508.14685" in text
-    assert "114,114,060" in text
+    assert "114,133,260" in text
     # the card survives a save / load cycle and the offline validation
     reloaded = ModelCard(str(card))
     assert reloaded.data.to_dict() == data.to_dict()

@@ -1,0 +1,27 @@
+"""`ssa-hf reproduce`: the paper's claims at a stated scale (ICL, BabyBERTa + Zorro, a small decoder with
+perplexity and lm-eval), each with its declared primary endpoint, paired statistics and a verdict, in RESULTS.md.
+
+    from ssa_hf.reproduce import load_config, run_reproduce
+    run_reproduce(load_config("configs/experiments/reproduce_cpu.yaml"), "outputs/reproduce")
+"""
+
+from .config import Endpoint, ICLExperiment, LMExperiment, ReproduceConfig, config_from_dict, load_config, scale_config_path
+from .pipeline import plan, run_reproduce
+from .verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, paired_comparison, verdict
+
+__all__ = [
+    "INCONCLUSIVE",
+    "NOT_REPRODUCED",
+    "REPRODUCED",
+    "Endpoint",
+    "ICLExperiment",
+    "LMExperiment",
+    "ReproduceConfig",
+    "config_from_dict",
+    "load_config",
+    "paired_comparison",
+    "plan",
+    "run_reproduce",
+    "scale_config_path",
+    "verdict",
+]

@@ -1,0 +1,240 @@
+"""The runs of `ssa-hf reproduce`, each through an existing pipeline: ssa_hf.icl.run_icl for the ICL experiments,
+ssa_hf.train.pretrain for the language models, then ssa_hf.evaluation (Zorro, lm-eval) and window perplexity.
+
+Every language-model run lives in `OUTPUT/<kind>/<arm>-seed<k>/` (train/ is the pretraining run folder, zorro/,
+perplexity/, lm_eval/ the evaluations, result.json the figures). A second call reuses what finished: result.json
+when its settings are unchanged, a finished training (final/), and resumes an interrupted one from its latest
+checkpoint. A folder trained with other settings stops the call with a message instead of being mixed in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ..reporting import atomic_write_json
+from ..options import deep_merge, load_yaml
+from .config import LMExperiment, ReproduceConfig, repository_root
+
+logger = logging.getLogger("ssa_hf.reproduce")
+
+RESULT, TRAIN_KEY = "result.json", "train_key.json"
+
+
+def _key(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def resolve_path(path: str) -> Path:
+    """A config path: absolute, or relative to the working directory, else to the repository."""
+    from ..data.sources import expand_path
+
+    candidate = Path(expand_path(path))
+    if candidate.is_absolute() or candidate.exists():
+        return candidate
+    return repository_root() / candidate
+
+
+def pretrain_values(experiment: LMExperiment, arm: str, seed: int, run_dir: Path, threads: int | None) -> dict:
+    """The pretraining config (a mapping) of one (arm, seed) run: the file, the overrides, the arm's keys."""
+    values = deep_merge(deep_merge(load_yaml(resolve_path(experiment.pretrain)), experiment.overrides),
+                        experiment.arms[arm])
+    values.update(seed=seed, output_dir=str(run_dir / "train"), report_to=["none"], resume="auto",
+                  run_name=f"{arm}-seed{seed}")
+    if threads is not None:
+        values["cpu_threads"] = threads
+    return values
+
+
+def lm_specs(kind: str, experiment: LMExperiment, config: ReproduceConfig, root: Path) -> list[dict]:
+    """One picklable job description per (arm, seed) of `experiment` (treatment and control only)."""
+    specs = []
+    for arm_index, arm in enumerate((experiment.control, experiment.treatment)):
+        for seed_index, seed in enumerate(experiment.seeds):
+            run_dir = root / kind / f"{arm}-seed{seed}"
+            train = pretrain_values(experiment, arm, seed, run_dir, config.threads)
+            specs.append({"kind": kind, "arm": arm, "seed": seed, "run_dir": str(run_dir), "train": train,
+                          "arm_index": arm_index, "seed_index": seed_index,
+                          "evaluation": experiment.evaluation, "data_dir": config.data_dir, "threads": config.threads,
+                          "key": _key({"train": {k: v for k, v in train.items() if k != "resume"},
+                                       "evaluation": experiment.evaluation})})
+    return specs
+
+
+def check_train_folders(specs: list[dict]) -> None:
+    """Refuse, before anything runs, a run folder whose training used other settings."""
+    problems = []
+    for spec in specs:
+        marker = Path(spec["run_dir"]) / TRAIN_KEY
+        if marker.is_file() and json.loads(marker.read_text()).get("key") != _train_key(spec):
+            problems.append(f"  {spec['run_dir']}")
+    if problems:
+        raise ValueError("these run folders were trained with other settings:\n" + "\n".join(problems)
+                         + "\nreproduce into another --output-dir, or delete those folders")
+
+
+def _train_key(spec: dict) -> str:
+    return _key({k: v for k, v in spec["train"].items() if k != "resume"})
+
+
+def _train(spec: dict) -> tuple[Path, dict]:
+    """Train (or resume, or reuse) the run's model; (its final folder, its metrics)."""
+    from ..train import load_config, pretrain
+
+    run_dir = Path(spec["run_dir"])
+    final = run_dir / "train" / "final"
+    marker = run_dir / TRAIN_KEY
+    finished = marker.is_file() and json.loads(marker.read_text()).get("finished")
+    if not (finished and (final / "metrics.json").is_file()):
+        atomic_write_json(marker, {"key": _train_key(spec), "finished": False})
+        pretrain(load_config(None, spec["train"]))
+        atomic_write_json(marker, {"key": _train_key(spec), "finished": True})
+    return final, json.loads((final / "metrics.json").read_text())
+
+
+def _cached(path: Path, key: str, compute) -> Any:
+    """compute(), stored in `path` with `key`; reused while the key is unchanged."""
+    if path.is_file():
+        stored = json.loads(path.read_text())
+        if stored.get("key") == key:
+            return stored["value"]
+    value = compute()
+    atomic_write_json(path, {"key": key, "value": value})
+    return value
+
+
+def _zorro(final: Path, spec: dict) -> dict:
+    from ..evaluation import ProbeConfig, run_probe
+
+    settings = spec["evaluation"].get("zorro") or {}
+    probe = ProbeConfig(model=str(final), zorro_dir=str(resolve_path(settings.get("zorro_dir", "${SSA_HF_DATA_DIR}/zorro"))),
+                        methods=settings.get("methods", ["holistic"]), limit=settings.get("limit"),
+                        batch_size=settings.get("batch_size", 128), threads=spec["threads"], device="cpu"
+                        if settings.get("device") == "cpu" else None, output_dir=str(Path(spec["run_dir"]) / "zorro"),
+                        name=f"{spec['arm']}-seed{spec['seed']}", version=settings.get("version", "sentences"))
+    result = run_probe(probe, progress=False)
+    method = probe.methods[0]
+    return {"method": method, "mean": result.mean[method],
+            "paradigms": {p: r[method]["accuracy"] for p, r in result.paradigms.items()},
+            "pairs": result.settings["pairs_per_paradigm"]}
+
+
+def _perplexity(final: Path, spec: dict) -> dict:
+    from ..evaluation.perplexity import evaluate_perplexity
+
+    settings = spec["evaluation"].get("perplexity") or {}
+    out_of = settings.get("out_of_distribution")
+    name = settings.get("out_of_distribution_name")  # a Hub data set's configuration
+    data = [out_of if name or _is_hub_name(out_of) else str(resolve_path(out_of))] if out_of else None
+    results = evaluate_perplexity(str(final), data=data, name=name, heldout=True,
+                                  windows=settings.get("windows", 200), window_length=settings.get("window_length"),
+                                  seed=settings.get("seed", 0), batch_size=settings.get("batch_size", 16),
+                                  device=settings.get("device"), output_dir=str(Path(spec["run_dir"]) / "perplexity"),
+                                  progress=False)
+    out = {"nll_in": results[0].mean_nll, "ppl_in": results[0].perplexity, "data_in": results[0].data,
+           "window_length": results[0].window_length, "windows": results[0].windows}
+    if out_of:
+        out.update(nll_out=results[1].mean_nll, ppl_out=results[1].perplexity, data_out=results[1].data)
+    return out
+
+
+def _is_hub_name(path: str) -> bool:
+    """`owner/name` that is no local path (a Hub data set)."""
+    return path.count("/") == 1 and not path.startswith((".", "/", "~", "$")) and not resolve_path(path).exists()
+
+
+def _lm_eval(final: Path, spec: dict) -> dict:
+    from ..evaluation import EvalConfig, run_eval
+
+    settings = dict(spec["evaluation"].get("lm_eval") or {})
+    data_dir = settings.pop("data_dir", None) or spec["data_dir"] or "${SSA_HF_DATA_DIR}"
+    # winogrande and copa have no offline copy: lm-eval reads them from the Hub when it is reachable
+    config = EvalConfig(model=str(final), data_dir=str(resolve_path(data_dir)), threads=spec["threads"],
+                        output_dir=str(Path(spec["run_dir"]) / "lm_eval"), name=f"{spec['arm']}-seed{spec['seed']}",
+                        **settings)
+    result = run_eval(config)
+    return {"tasks": {task: {"metrics": {m: v["value"] for m, v in entry["metrics"].items()},
+                             "baselines": entry.get("baselines"), "num_fewshot": entry.get("num_fewshot"),
+                             "n": entry.get("n")}
+                      for task, entry in result.tasks.items()},
+            "lm_eval_version": result.versions.get("lm_eval"), "num_fewshot": result.settings["num_fewshot"]}
+
+
+EVALUATIONS = {"masked": {"zorro": _zorro}, "causal": {"perplexity": _perplexity, "lm_eval": _lm_eval}}
+
+
+def run_lm_job(spec: dict) -> dict:
+    """Train and evaluate one (arm, seed) run (in a worker process); its result, also written to result.json.
+    The pipelines' own output (progress bars, warnings) goes to the run's run.log."""
+    import torch
+
+    run_dir = Path(spec["run_dir"])
+    cached = run_dir / RESULT
+    if cached.is_file():
+        previous = json.loads(cached.read_text())
+        if previous.get("key") == spec["key"]:
+            return {**previous, "reused": True}
+    if spec["threads"]:
+        torch.set_num_threads(int(spec["threads"]))
+    if spec["data_dir"]:
+        os.environ["SSA_HF_DATA_DIR"] = str(spec["data_dir"])
+    started = time.perf_counter()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "run.log", "a", encoding="utf-8") as log, contextlib.redirect_stderr(log):
+        final, metrics = _train(spec)
+        evaluations = {}
+        for name, evaluate in EVALUATIONS[spec["kind"]].items():
+            if spec["evaluation"].get(name) is not None:
+                evaluations[name] = _cached(run_dir / f"{name}.result.json", _key(spec["evaluation"][name]),
+                                            lambda: evaluate(final, spec))
+    result = {"kind": spec["kind"], "arm": spec["arm"], "seed": spec["seed"], "key": spec["key"],
+              "final": str(final), "train": {k: metrics.get(k) for k in ("steps", "final_train_loss", "eval_loss",
+                                                                        "eval_perplexity", "train_seconds")},
+              "evaluations": evaluations, "seconds": time.perf_counter() - started}
+    atomic_write_json(cached, result)
+    return result
+
+
+def describe_lm_result(result: dict) -> str:
+    """The progress line of one finished language-model run."""
+    parts = [f"{result['train'].get('steps')} steps"]
+    loss = result["train"].get("eval_loss")
+    if loss is not None:
+        parts.append(f"validation loss {loss:.3f}")
+    zorro = result["evaluations"].get("zorro")
+    if zorro:
+        parts.append(f"Zorro mean {100 * zorro['mean']:.1f}%")
+    ppl = result["evaluations"].get("perplexity")
+    if ppl:
+        parts.append(f"perplexity in {ppl['ppl_in']:.1f}" + (f", out {ppl['ppl_out']:.1f}" if "ppl_out" in ppl else ""))
+    lm_eval = result["evaluations"].get("lm_eval")
+    if lm_eval:
+        parts.append(f"lm-eval on {len(lm_eval['tasks'])} tasks")
+    timing = "finished earlier, reused" if result.get("reused") else f"{result['seconds'] / 60:.1f} min"
+    return f"{result['kind']} {result['arm']} seed {result['seed']}: {', '.join(parts)} ({timing})"
+
+
+def run_lm_jobs(specs: list[dict], workers: int, progress) -> list[dict]:
+    """Run the jobs (in `workers` processes when > 1), calling progress(index, total, result) after each."""
+    check_train_folders(specs)
+    results = []
+    if workers == 1 or len(specs) <= 1:
+        for i, spec in enumerate(specs):
+            results.append(run_lm_job(spec))
+            progress(i + 1, len(specs), results[-1])
+        return results
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(run_lm_job, spec) for spec in specs]
+        for i, future in enumerate(futures):
+            results.append(future.result())
+            progress(i + 1, len(specs), results[-1])
+    return results
