@@ -37,8 +37,9 @@ class SSALlamaConfig(LlamaConfig, ScoringConfigMixin):
             initialised to 0 (weight decay then pulls gamma towards 1, not 0). Both use `rms_norm_eps` as epsilon.
         partial_rotary_factor (`float`, *optional*):
             The fraction of each head's dimensions that RoPE rotates, in (0, 1]; the others carry no position
-            (Nemotron: 0.5). Unset: the value in `rope_parameters` (transformers' place for it), else 1.0 (full
-            RoPE, Llama). It must give an even number of rotated dimensions, and values below 1 need
+            (Nemotron: 0.5). A keyword of the constructor, stored where transformers keeps it:
+            `rope_parameters["partial_rotary_factor"]` (in YAML presets, write it there); unset: 1.0 (full RoPE,
+            Llama). It must give an even number of rotated dimensions, and values below 1 need
             `rope_type="default"`. The rotated dimensions are pairs (i, i + head_dim / 2) for the first
             `head_dim * factor / 2` values of i (Llama's rotate-half layout); Nemotron rotates the first
             `head_dim * factor` dimensions instead. The two are the same model up to a fixed permutation of the
@@ -64,14 +65,16 @@ class SSALlamaConfig(LlamaConfig, ScoringConfigMixin):
     attention_only: bool = False
     mlp_type: str = "swiglu"
     norm_type: str = "rmsnorm"
-    partial_rotary_factor: float | int | None = None
 
     output_attentions = OUTPUT_ATTENTIONS
     validate_output_attentions = validate_output_attentions
 
     def __post_init__(self, **kwargs):
+        # transformers moves a partial_rotary_factor keyword into rope_parameters (only if not there yet)
+        self._given_rotary = kwargs.get("partial_rotary_factor")
         super().__post_init__(**kwargs)
         self.validate_block()
+        del self._given_rotary  # checked; not a setting to save
         self.validate_scoring()
 
     def rotary_fraction(self) -> float:
@@ -91,8 +94,11 @@ class SSALlamaConfig(LlamaConfig, ScoringConfigMixin):
                                  "hidden_act unset (or 'relu2'), or use mlp_type='swiglu' for a gated MLP with it")
             self.hidden_act = "relu2"
         rope = self.rope_parameters or {}
-        if self.partial_rotary_factor is not None and rope.get("partial_rotary_factor") != self.partial_rotary_factor:
-            raise ValueError(f"partial_rotary_factor={self.partial_rotary_factor} disagrees with rope_parameters"
+        # not a declared field (stock Llama has none, and transformers' RoPE code reads the attribute when present):
+        # a partial_rotary_factor keyword lands in rope_parameters through transformers' own RoPE standardisation
+        given = getattr(self, "_given_rotary", None)
+        if given is not None and rope.get("partial_rotary_factor") != given:
+            raise ValueError(f"partial_rotary_factor={given} disagrees with rope_parameters"
                              f"['partial_rotary_factor']={rope.get('partial_rotary_factor')}; set one of them")
         self._validate_rotary(rope)
 

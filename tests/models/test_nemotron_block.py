@@ -22,13 +22,16 @@ def model(seed: int = 0, **fields) -> SSALlamaForCausalLM:
 
 def test_defaults_are_llama_and_unchanged():
     config = SSALlamaConfig(**SMALL)
-    assert (config.mlp_type, config.norm_type, config.partial_rotary_factor, config.rotary_fraction()) == ("swiglu", "rmsnorm", None, 1.0)
+    assert (config.mlp_type, config.norm_type, config.rotary_fraction()) == ("swiglu", "rmsnorm", 1.0)
+    # like stock Llama: no partial_rotary_factor attribute (transformers' RoPE code reads it when present) and none
+    # in rope_parameters unless asked for
+    assert not hasattr(config, "partial_rotary_factor") and "partial_rotary_factor" not in config.rope_parameters
     layer = model().model.layers[0]
     assert type(layer.mlp).__name__ == "LlamaMLP" and type(layer.input_layernorm).__name__ == "LlamaRMSNorm"
     assert type(model().model.rotary_emb).__name__ == "LlamaRotaryEmbedding"
     # a config.json written before these fields existed loads with the defaults
     old = SSALlamaConfig(**SMALL).to_dict()
-    for key in ("mlp_type", "norm_type", "partial_rotary_factor"):
+    for key in ("mlp_type", "norm_type"):
         old.pop(key)
     assert SSALlamaConfig.from_dict(old).mlp_type == "swiglu"
 
