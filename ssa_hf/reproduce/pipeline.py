@@ -23,7 +23,7 @@ from ..reporting import OutputDir
 from .claims import icl_claim, lm_claims
 from .config import ReproduceConfig
 from .report import results_markdown
-from .runs import describe_lm_result, lm_specs, run_lm_jobs
+from .runs import data_dir_env, describe_lm_result, lm_specs, run_lm_jobs
 
 logger = logging.getLogger("ssa_hf.reproduce")
 
@@ -200,25 +200,25 @@ def run_reproduce(config: ReproduceConfig, output_dir: str | os.PathLike, *, com
     finished step, and a copy of RESULTS.md to `results_file` if given. `report_only`: run nothing, tabulate the
     runs that finished earlier. Returns the summary (claims, rows, verdicts, environment)."""
     config.validate()
-    if config.data_dir:
-        os.environ["SSA_HF_DATA_DIR"] = str(Path(config.data_dir).expanduser().resolve())
-    out = OutputDir(output_dir)
-    meta = {"scale": config.scale, "description": config.description, "command": command, "config_path": config_path,
-            "environment": environment(), "report_only": report_only}
-    progress = Progress(config, out, meta, results_file)
-    _run_icl(progress, report_only)
-    specs = interleaved_specs(config, out.path)
-    if report_only:
-        for result in _finished_lm(specs):
-            progress.lm.append(result)
-            progress.runs += 1
-    elif specs:
-        logger.info("language models: %d runs (train, then evaluate), %d in parallel", len(specs), config.workers)
-        run_lm_jobs(specs, config.workers, progress.lm_result)
-    meta["environment"]["load_average_end"] = environment()["load_average"]
-    summary = progress.write()
-    logger.info("wrote %s (%d claims%s) in %.1f min", out.file("RESULTS.md"), len(summary["claims"]),
-                f"; pending: {', '.join(summary['pending'])}" if summary["pending"] else "", summary["minutes"])
+    data_dir = str(Path(config.data_dir).expanduser().resolve()) if config.data_dir else None
+    with data_dir_env(data_dir):  # the presets' data paths read $SSA_HF_DATA_DIR; restored afterwards
+        out = OutputDir(output_dir)
+        meta = {"scale": config.scale, "description": config.description, "command": command, "config_path": config_path,
+                "environment": environment(), "report_only": report_only}
+        progress = Progress(config, out, meta, results_file)
+        _run_icl(progress, report_only)
+        specs = interleaved_specs(config, out.path)
+        if report_only:
+            for result in _finished_lm(specs):
+                progress.lm.append(result)
+                progress.runs += 1
+        elif specs:
+            logger.info("language models: %d runs (train, then evaluate), %d in parallel", len(specs), config.workers)
+            run_lm_jobs(specs, config.workers, progress.lm_result)
+        meta["environment"]["load_average_end"] = environment()["load_average"]
+        summary = progress.write()
+        logger.info("wrote %s (%d claims%s) in %.1f min", out.file("RESULTS.md"), len(summary["claims"]),
+                    f"; pending: {', '.join(summary['pending'])}" if summary["pending"] else "", summary["minutes"])
     return summary
 
 

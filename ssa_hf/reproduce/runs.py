@@ -169,6 +169,22 @@ def _lm_eval(final: Path, spec: dict) -> dict:
 EVALUATIONS = {"masked": {"zorro": _zorro}, "causal": {"perplexity": _perplexity, "lm_eval": _lm_eval}}
 
 
+@contextlib.contextmanager
+def data_dir_env(path):
+    """$SSA_HF_DATA_DIR set to `path` (the presets' data paths read it) for the duration of one run, then restored:
+    runs may execute in the caller's process (workers: 1)."""
+    saved = os.environ.get("SSA_HF_DATA_DIR")
+    if path:
+        os.environ["SSA_HF_DATA_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("SSA_HF_DATA_DIR", None)
+        else:
+            os.environ["SSA_HF_DATA_DIR"] = saved
+
+
 def run_lm_job(spec: dict) -> dict:
     """Train and evaluate one (arm, seed) run (in a worker process); its result, also written to result.json.
     The pipelines' own output (progress bars, warnings) goes to the run's run.log."""
@@ -182,11 +198,10 @@ def run_lm_job(spec: dict) -> dict:
             return {**previous, "reused": True}
     if spec["threads"]:
         torch.set_num_threads(int(spec["threads"]))
-    if spec["data_dir"]:
-        os.environ["SSA_HF_DATA_DIR"] = str(spec["data_dir"])
     started = time.perf_counter()
     run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / "run.log", "a", encoding="utf-8") as log, contextlib.redirect_stderr(log):
+    with open(run_dir / "run.log", "a", encoding="utf-8") as log, contextlib.redirect_stderr(log), \
+            data_dir_env(spec["data_dir"]):
         final, metrics = _train(spec)
         evaluations = {}
         for name, evaluate in EVALUATIONS[spec["kind"]].items():

@@ -67,13 +67,9 @@ def finished(tmp_path_factory):
     root = tmp_path_factory.mktemp("reproduce")
     values = tiny_config(root)
     saved = os.environ.get("SSA_HF_DATA_DIR")
-    try:
-        summary = run_reproduce(config_from_dict(values), root / "out", command="test", results_file=root / "docs" / "RESULTS.md")
-    finally:
-        if saved is None:
-            os.environ.pop("SSA_HF_DATA_DIR", None)
-        else:
-            os.environ["SSA_HF_DATA_DIR"] = saved
+    summary = run_reproduce(config_from_dict(values), root / "out", command="test", results_file=root / "docs" / "RESULTS.md")
+    # the run points $SSA_HF_DATA_DIR at its data only while it runs: later code (and tests) see the caller's value
+    assert os.environ.get("SSA_HF_DATA_DIR") == saved
     return root, values, summary
 
 
