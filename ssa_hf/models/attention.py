@@ -276,14 +276,16 @@ def _keep_mask(additive: Tensor) -> Tensor:
     return ~masked
 
 
+try:  # transformers' output capture (the ContextVar its capture_outputs decorator fills)
+    from transformers.utils.output_capturing import _active_collector
+except ImportError:  # another transformers version: the output_attentions argument and config still work
+    _active_collector = None
+
+
 def _capturing_attentions() -> bool:
     """Whether transformers' output capturing (`capture_outputs`) is collecting attention weights in this call.
     Never under torch.compile (dynamo cannot trace the ContextVar; weights are not returned there anyway)."""
-    if torch.compiler.is_compiling():
-        return False
-    try:
-        from transformers.utils.output_capturing import _active_collector
-    except ImportError:  # another transformers version: the output_attentions argument and config still work
+    if _active_collector is None or torch.compiler.is_compiling():
         return False
     collected = _active_collector.get()
     return bool(collected) and ("attentions" in collected or "cross_attentions" in collected)

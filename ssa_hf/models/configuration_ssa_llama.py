@@ -70,11 +70,14 @@ class SSALlamaConfig(LlamaConfig, ScoringConfigMixin):
     validate_output_attentions = validate_output_attentions
 
     def __post_init__(self, **kwargs):
-        # transformers moves a partial_rotary_factor keyword into rope_parameters (only if not there yet)
-        self._given_rotary = kwargs.get("partial_rotary_factor")
+        # transformers moves a partial_rotary_factor keyword into rope_parameters, unless one is there already
+        given = kwargs.get("partial_rotary_factor")
         super().__post_init__(**kwargs)
+        stored = (self.rope_parameters or {}).get("partial_rotary_factor")
+        if given is not None and stored != given:
+            raise ValueError(f"partial_rotary_factor={given} disagrees with rope_parameters"
+                             f"['partial_rotary_factor']={stored}; set one of them")
         self.validate_block()
-        del self._given_rotary  # checked; not a setting to save
         self.validate_scoring()
 
     def rotary_fraction(self) -> float:
@@ -94,12 +97,8 @@ class SSALlamaConfig(LlamaConfig, ScoringConfigMixin):
                                  "hidden_act unset (or 'relu2'), or use mlp_type='swiglu' for a gated MLP with it")
             self.hidden_act = "relu2"
         rope = self.rope_parameters or {}
-        # not a declared field (stock Llama has none, and transformers' RoPE code reads the attribute when present):
-        # a partial_rotary_factor keyword lands in rope_parameters through transformers' own RoPE standardisation
-        given = getattr(self, "_given_rotary", None)
-        if given is not None and rope.get("partial_rotary_factor") != given:
-            raise ValueError(f"partial_rotary_factor={given} disagrees with rope_parameters"
-                             f"['partial_rotary_factor']={rope.get('partial_rotary_factor')}; set one of them")
+        # partial_rotary_factor is not a declared field (stock Llama has none, and transformers' RoPE code reads the
+        # attribute when present): it lives in rope_parameters, where transformers' RoPE standardisation puts it
         self._validate_rotary(rope)
 
     def _validate_rotary(self, rope: dict) -> None:

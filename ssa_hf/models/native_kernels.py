@@ -254,25 +254,47 @@ std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout, const at::Ten
   TORCH_CHECK(dout.is_contiguous() && out.is_contiguous() && lse.is_contiguous(), "ssa_hf fused kernel: contiguous tensors expected");
   const bool bn = need_bn && P.b != nullptr;
   if (P.Lq == 0) return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kDouble)), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kDouble))};
-  {
-    at::Tensor bound = at::empty({P.B, P.H, P.Lq}, q.options());
-    if (!row_bounds(P, bound.data_ptr<float>())) return {};
-  }
+  // One pass over the rows: delta = rowsum(out * dout) per query row, and the forward's finiteness rule without
+  // its bounds (a q or k row whose squared norm, or a largest |q| |k| scale product, is not finite sends the call
+  // to the torch path; the global maxima make this at least as strict as the forward's per-head check).
   at::Tensor delta = at::empty({P.B, P.H, P.Lq}, q.options());
+  std::atomic<bool> finite{true};
+  std::atomic<float> qmax{0.0f}, kmax{0.0f};
+  auto raise_to = [](std::atomic<float>& m, float v) {
+    float cur = m.load();
+    while (v > cur && !m.compare_exchange_weak(cur, v)) {
+    }
+  };
   {
     const float* o = out.data_ptr<float>();
     const float* d = dout.data_ptr<float>();
     float* de = delta.data_ptr<float>();
-    const int64_t Dv = P.Dv;
-    at::parallel_for(0, P.B * P.H * P.Lq, 256, [&](int64_t s, int64_t e) {
+    const int64_t Dv = P.Dv, D = P.D, nq = P.B * P.H * P.Lq, nk = P.B * P.Hkv * P.Lk;
+    at::parallel_for(0, nq + nk, 256, [&](int64_t s, int64_t e) {
+      bool ok = true;
+      float qm = 0.0f, km = 0.0f;
       for (int64_t r = s; r < e; ++r) {
+        const float* row = r < nq ? P.q + r * D : P.k + (r - nq) * D;
+        float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+        for (int64_t x = 0; x < D; ++x) sq += row[x] * row[x];
+        ok = ok && std::isfinite(sq);
+        if (r >= nq) {
+          km = std::max(km, sq);
+          continue;
+        }
+        qm = std::max(qm, sq);
         float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
         for (int64_t x = 0; x < Dv; ++x) acc += o[r * Dv + x] * d[r * Dv + x];
         de[r] = acc;
       }
+      if (!ok) finite = false;
+      raise_to(qmax, qm);
+      raise_to(kmax, km);
     });
   }
+  if (!finite.load() || !std::isfinite(std::sqrt(qmax.load()) * std::sqrt(kmax.load()) * std::fabs(P.scale))) return {};
   const int64_t nkb = P.Lk == 0 ? 0 : (P.Lk + P.bk - 1) / P.bk;
   // enough items for every thread: split the key blocks of a (batch, kv head) when there are few of those
   const int64_t want = 4 * (int64_t)at::get_num_threads();
