@@ -94,6 +94,17 @@ def encoder_for(task: str, tokenizer, config: DataConfig):
 # --------------------------------------------------------------------------------------------------
 
 
+def pad_rows(rows: list[list[int]], value: int, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded token rows [len(rows), length (default: the longest row)] and their attention mask (1 = token)."""
+    length = max(len(r) for r in rows) if length is None else length
+    ids = torch.full((len(rows), length), value, dtype=torch.long)
+    mask = torch.zeros((len(rows), length), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, : len(row)] = 1
+    return ids, mask
+
+
 def collate_causal(rows: list[list[int]]) -> dict[str, torch.Tensor]:
     input_ids = torch.tensor(rows, dtype=torch.long)
     return {"input_ids": input_ids, "labels": input_ids.clone()}
@@ -187,11 +198,7 @@ class MaskedCollator:
         length = max(len(r) for r in rows)
         if self.multiple:
             length = -(-length // self.multiple) * self.multiple
-        input_ids = torch.full((len(rows), length), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(rows), length), dtype=torch.long)
-        for i, row in enumerate(rows):
-            input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-            attention_mask[i, : len(row)] = 1
+        input_ids, attention_mask = pad_rows(rows, self.pad_id, length)
         maskable = ~torch.isin(input_ids, self.special) & attention_mask.bool()
         inputs, labels = self.mask(input_ids, maskable, generator)
         return {"input_ids": inputs, "attention_mask": attention_mask, "labels": labels}

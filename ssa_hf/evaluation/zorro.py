@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ..data.corpus import pad_rows
 from ..data.sources import iter_lines
 from ..reporting import OutputDir
 from .config import SCORING_METHODS, TIE_RULES, ProbeConfig, check_dtype, did_you_mean
@@ -137,10 +138,8 @@ def _batches(items: list, size: int):
 
 
 def _pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ids and the attention mask (1 = token, 0 = pad)."""
-    width = max(len(r) for r in rows)
-    ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], dtype=torch.long)
-    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], dtype=torch.long)
+    """Right-padded ids and the attention mask (1 = token, 0 = pad), on `device`."""
+    ids, mask = pad_rows(rows, pad_id)
     return ids.to(device), mask.to(device)
 
 

@@ -8,7 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..data.corpus import Corpus, MaskedCollator, batch_generator, collate_causal
+from ..data.corpus import Corpus, MaskedCollator, batch_generator, collate_causal, pad_rows
 from .config import PretrainConfig
 
 EVAL_SEED_KEY = 0x5EED  # masking of the validation set: seeded by (seed, this key, example index)
@@ -26,14 +26,6 @@ def prepare_validation(corpus: Corpus, tokenizer, config: PretrainConfig) -> lis
         inputs, labels = collator.mask(ids, maskable, batch_generator(config.seed, EVAL_SEED_KEY, index))
         prepared.append((inputs[0].tolist(), labels[0].tolist()))
     return prepared
-
-
-def _pad(rows: list[list[int]], value: int) -> torch.Tensor:
-    length = max(len(r) for r in rows)
-    out = torch.full((len(rows), length), value, dtype=torch.long)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return out
 
 
 def token_nll(model, batch: dict[str, torch.Tensor], task: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,12 +53,9 @@ def evaluate(model, examples, task: str, pad_id: int, batch_size: int, accelerat
         if task == "causal":
             batch = collate_causal([row for row, _ in chunk])
         else:
-            inputs = _pad([row for row, _ in chunk], pad_id)
-            batch = {
-                "input_ids": inputs,
-                "attention_mask": _pad([[1] * len(row) for row, _ in chunk], 0),
-                "labels": _pad([labels for _, labels in chunk], -100),
-            }
+            inputs, attention_mask = pad_rows([row for row, _ in chunk], pad_id)
+            labels, _ = pad_rows([labels for _, labels in chunk], -100)
+            batch = {"input_ids": inputs, "attention_mask": attention_mask, "labels": labels}
         batch = {k: v.to(accelerator.device) for k, v in batch.items()}
         with accelerator.autocast():
             nll, count = token_nll(model, batch, task)
