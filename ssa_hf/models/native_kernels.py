@@ -5,11 +5,10 @@ native.py for the build.  Part of the remote-code unit (a string, no imports).""
 KERNEL_SOURCE = r"""
 struct Forward {
   const Problem& P;
-  const float* bound;
   float* out;   // [B, H, Lq, Dv]
   float* lse;   // [B, H, Lq] or nullptr
   int64_t nqb;
-  std::atomic<bool>* nonfinite;  // set when a visible score is not finite (online rows check their scores)
+  std::atomic<bool>* nonfinite;  // set when a q or k element (bounded rows) or a visible score is not finite
 
   struct Scratch {
     std::vector<float> q, s, acc, m, l, alpha;
@@ -27,21 +26,25 @@ struct Forward {
     const int64_t i0 = qb * P.bq, R = std::min(P.bq, P.Lq - i0), rows = P.G * R;
     const float* kb = P.k + bhk * P.Lk * P.D;
     const float* vb = P.v + bhk * P.Lk * P.Dv;
+    const int64_t kend = P.causal ? std::min(P.Lk, i0 + R) : P.Lk;
     // rows ordered (group head g, position r): the G query heads that share this key/value head go through
     // each key tile together
-    bool fixed = true;
     for (int64_t g = 0; g < P.G; ++g) {
       const int64_t h = hk * P.G + g;
       std::memcpy(w.q.data() + g * R * P.D, P.q + ((bi * P.H + h) * P.Lq + i0) * P.D, sizeof(float) * R * P.D);
-      for (int64_t r = 0; r < R; ++r) {
-        float bnd = bound[(bi * P.H + h) * P.Lq + i0 + r];
-        w.m[g * R + r] = bnd;
-        fixed = fixed && bnd <= P.fixed_max;
+    }
+    // Rows whose bound is small enough use it as a fixed offset (no running maximum); computed here, inside the
+    // call's one parallel region, since every barrier costs a scheduler slice on a busy machine
+    bool fixed = P.bounded;
+    if (fixed) {
+      if (!item_bounds(P, w.q.data(), rows, R, kb, kend, hk, w.m.data())) {
+        *nonfinite = true;
+        return;
       }
+      for (int64_t rr = 0; rr < rows; ++rr) fixed = fixed && w.m[rr] <= P.fixed_max;
     }
     if (!fixed) std::fill(w.m.begin(), w.m.begin() + rows, -kInf);
     std::fill(w.l.begin(), w.l.begin() + rows, 0.0f);
-    const int64_t kend = P.causal ? std::min(P.Lk, i0 + R) : P.Lk;
     bool first = true;
     for (int64_t j0 = 0; j0 < kend; j0 += P.bk) {
       const int64_t C = std::min(P.bk, kend - j0);
@@ -112,35 +115,92 @@ struct Forward {
 
 struct Backward {
   const Problem& P;
-  const float *dout, *lse, *delta;  // [B, H, Lq, Dv], [B, H, Lq], [B, H, Lq]
-  float* dq;                        // [chunks, B, H, Lq, D] (partial sums when chunks > 1)
-  float *dk, *dv;                   // [B, Hkv, Lk, D], [B, Hkv, Lk, Dv], zero on entry
-  double* dn;                       // [chunks, B, H] sum(dg * g) or nullptr
+  const float *dout, *out, *lse;  // [B, H, Lq, Dv], [B, H, Lq, Dv], [B, H, Lq]
+  float* dqp;                      // [chunks, B, H, Lq, D]: each chunk's partial sums (the result when chunks == 1)
+  float* dq;                       // [B, H, Lq, D] when chunks > 1: the sum of the partials
+  float *dk, *dv;                  // [B, Hkv, Lk, D], [B, Hkv, Lk, Dv]
+  double* dn;                      // [chunks, B, H] sum(dg * g), or nullptr
+  double* qdq;                     // [B, H] sum(q . dq), or nullptr
   int64_t nkb, chunks;
+  std::atomic<int32_t>* done;      // [B * Hkv] chunks finished: the last one sums dq and q . dq
+  std::atomic<bool>* nonfinite;    // set when a q or k element the call reads is not finite
 
   struct Scratch {
-    std::vector<float> s, dp;
-    explicit Scratch(const Backward& f) { s.resize(f.P.bq * f.P.bk); dp.resize(f.P.bq * f.P.bk); }
+    std::vector<float> s, dp, delta;
+    explicit Scratch(const Backward& f) {
+      s.resize(f.P.bq * f.P.bk); dp.resize(f.P.bq * f.P.bk); delta.resize(f.P.G * f.P.Lq);
+    }
   };
+
+  // A key block range's rows of K are finite and, with the item's query rows, give finite scale |q| |k|
+  // products; rows of delta = rowsum(out * dout) from istart on.  Everything here is per item, inside the
+  // call's one parallel region (every barrier costs a scheduler slice on a busy machine).
+  bool prepare(int64_t bi, int64_t hk, int64_t j0, int64_t j1, int64_t istart, float* delta) const {
+    const float* kb = P.k + (bi * P.Hkv + hk) * P.Lk * P.D;
+    float kmax = 0.0f, qmax = 0.0f;
+    bool ok = true;
+    for (int64_t j = j0; j < j1; ++j) {
+      float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t d = 0; d < P.D; ++d) acc += kb[j * P.D + d] * kb[j * P.D + d];
+      ok = ok && std::isfinite(acc);
+      kmax = std::max(kmax, acc);
+    }
+    for (int64_t g = 0; g < P.G; ++g) {
+      const int64_t bh = bi * P.H + hk * P.G + g;
+      for (int64_t i = istart; i < P.Lq; ++i) {
+        const float* qq = P.q + (bh * P.Lq + i) * P.D;
+        const float* o = out + (bh * P.Lq + i) * P.Dv;
+        const float* dd = dout + (bh * P.Lq + i) * P.Dv;
+        float sq = 0.0f, acc = 0.0f;
+#pragma omp simd reduction(+ : sq)
+        for (int64_t d = 0; d < P.D; ++d) sq += qq[d] * qq[d];
+#pragma omp simd reduction(+ : acc)
+        for (int64_t d = 0; d < P.Dv; ++d) acc += o[d] * dd[d];
+        ok = ok && std::isfinite(sq);
+        qmax = std::max(qmax, sq);
+        delta[g * P.Lq + i] = acc;
+      }
+    }
+    return ok && std::isfinite(std::sqrt(qmax) * std::sqrt(kmax) * std::fabs(P.scale));
+  }
 
   void operator()(int64_t item, Scratch& w) const {
     const int64_t c = item % chunks, bhk = item / chunks;
     const int64_t bi = bhk / P.Hkv, hk = bhk % P.Hkv;
     const int64_t per = (nkb + chunks - 1) / chunks;
+    const int64_t jb0 = std::min(nkb, c * per), jb1 = std::min(nkb, (c + 1) * per);
+    const int64_t j0k = std::min(P.Lk, jb0 * P.bk), j1k = std::min(P.Lk, jb1 * P.bk);
+    const int64_t istart0 = P.causal ? std::min(P.Lq, (j0k / P.bq) * P.bq) : 0;
+    // this item owns dk, dv rows [j0k, j1k) and its chunk's partial dq of the G heads: zero them here
+    std::fill(dk + (bhk * P.Lk + j0k) * P.D, dk + (bhk * P.Lk + j1k) * P.D, 0.0f);
+    std::fill(dv + (bhk * P.Lk + j0k) * P.Dv, dv + (bhk * P.Lk + j1k) * P.Dv, 0.0f);
+    float* dqc = dqp + (c * P.B * P.H + bi * P.H + hk * P.G) * P.Lq * P.D;
+    std::fill(dqc, dqc + P.G * P.Lq * P.D, 0.0f);
+    if (prepare(bi, hk, j0k, j1k, istart0, w.delta.data())) run(c, bi, hk, jb0, jb1, w);
+    else *nonfinite = true;
+    // the last chunk of this (batch, kv head) to finish sums the partial dq and q . dq (acq_rel: it sees the
+    // others' writes)
+    if (done[bhk].fetch_add(1, std::memory_order_acq_rel) + 1 == chunks && !nonfinite->load()) finish(bi, hk);
+  }
+
+  void run(int64_t c, int64_t bi, int64_t hk, int64_t jb0, int64_t jb1, Scratch& w) const {
+    const int64_t bhk = bi * P.Hkv + hk;
     const float* kb = P.k + bhk * P.Lk * P.D;
     const float* vb = P.v + bhk * P.Lk * P.Dv;
     float* dkb = dk + bhk * P.Lk * P.D;
     float* dvb = dv + bhk * P.Lk * P.Dv;
     float* S = w.s.data();
     float* dP = w.dp.data();
-    for (int64_t jb = c * per; jb < std::min(nkb, (c + 1) * per); ++jb) {
+    for (int64_t jb = jb0; jb < jb1; ++jb) {
       const int64_t j0 = jb * P.bk, C = std::min(P.bk, P.Lk - j0);
       for (int64_t g = 0; g < P.G; ++g) {
         const int64_t h = hk * P.G + g, bh = bi * P.H + h;
         const float b = P.b ? P.b[h] : 0.0f, n = P.b ? P.n[h] : 0.0f;
         const float* qh = P.q + bh * P.Lq * P.D;
         const float* doh = dout + bh * P.Lq * P.Dv;
-        float* dqh = dq + (c * P.B * P.H + bh) * P.Lq * P.D;
+        const float* delta = w.delta.data() + g * P.Lq;
+        float* dqh = dqp + (c * P.B * P.H + bh) * P.Lq * P.D;
         double dn_acc = 0.0;
         const int64_t istart = P.causal ? (j0 / P.bq) * P.bq : 0;
         for (int64_t i0 = istart; i0 < P.Lq; i0 += P.bq) {
@@ -151,7 +211,7 @@ struct Backward {
           for (int64_t r = 0; r < R; ++r) {
             const int64_t i = i0 + r;
             Row rw = P.row(bi, h, i, j0, C);
-            const float L = lse[bh * P.Lq + i], d = delta[bh * P.Lq + i];
+            const float L = lse[bh * P.Lq + i], d = delta[i];
             if (L == kInf) rw.cend = 0;
             float* srow = S + r * P.bk;
             float* drow = dP + r * P.bk;
@@ -171,6 +231,34 @@ struct Backward {
         }
         if (dn) dn[c * P.B * P.H + bh] += dn_acc;
       }
+    }
+  }
+
+  // dq of the G heads = the sum of the chunks' partials; qdq = sum over rows of q . dq (for dL/db)
+  void finish(int64_t bi, int64_t hk) const {
+    const int64_t n = P.Lq * P.D;
+    for (int64_t g = 0; g < P.G; ++g) {
+      const int64_t bh = bi * P.H + hk * P.G + g;
+      float* res = dqp + bh * n;
+      if (chunks > 1) {
+        res = dq + bh * n;
+        std::memcpy(res, dqp + bh * n, sizeof(float) * n);
+        for (int64_t c = 1; c < chunks; ++c) {
+          const float* part = dqp + (c * P.B * P.H + bh) * n;
+#pragma omp simd
+          for (int64_t x = 0; x < n; ++x) res[x] += part[x];
+        }
+      }
+      if (!qdq) continue;
+      const float* qq = P.q + bh * n;
+      double acc = 0.0;
+      for (int64_t i = 0; i < P.Lq; ++i) {
+        float row = 0.0f;
+#pragma omp simd reduction(+ : row)
+        for (int64_t x = 0; x < P.D; ++x) row += qq[i * P.D + x] * res[i * P.D + x];
+        acc += row;
+      }
+      qdq[bh] = acc;
     }
   }
 };
@@ -216,7 +304,6 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor&
                                           int64_t bq, int64_t bk, bool need_lse, double fixed_max) {
   Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
   P.fixed_max = (float)fixed_max;
-  at::Tensor bound = at::empty({P.B, P.H, P.Lq}, q.options());
   at::Tensor out = at::empty({P.B, P.H, P.Lq, P.Dv}, q.options());
   at::Tensor lse = at::empty({need_lse ? P.B : 0, P.H, P.Lq}, q.options());
   if (P.Lq == 0) return {out, lse};
@@ -227,15 +314,14 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor&
   }
   // Short query blocks (decoding steps): the bound would read all of K once more for a handful of rows; run the
   // online maximum, which checks the scores it sees for inf/NaN instead.
-  if (P.Lq * P.G < 16) bound.fill_(kInf);
-  else if (!row_bounds(P, bound.data_ptr<float>())) return {};
+  P.bounded = P.Lq * P.G >= 16;
   P.bq = std::max<int64_t>(1, P.bq / P.G);  // block_q counts the rows of a work item, over its G query heads
   // enough work items for every thread (short sequences, many cores): smaller query blocks
   const int64_t want = 4 * (int64_t)at::get_num_threads();
   while (P.bq > 16 && P.B * P.Hkv * ((P.Lq + P.bq - 1) / P.bq) < want) P.bq /= 2;
   const int64_t nqb = (P.Lq + P.bq - 1) / P.bq;
   std::atomic<bool> nonfinite{false};
-  Forward f{P, bound.data_ptr<float>(), out.data_ptr<float>(), need_lse ? lse.data_ptr<float>() : nullptr, nqb,
+  Forward f{P, out.data_ptr<float>(), need_lse ? lse.data_ptr<float>() : nullptr, nqb,
             &nonfinite};
   run_items(nqb * P.B * P.Hkv, f);
   if (nonfinite.load()) return {};
@@ -254,81 +340,33 @@ std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout, const at::Ten
   TORCH_CHECK(dout.is_contiguous() && out.is_contiguous() && lse.is_contiguous(), "ssa_hf fused kernel: contiguous tensors expected");
   const bool bn = need_bn && P.b != nullptr;
   if (P.Lq == 0) return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kDouble)), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kDouble))};
-  // One pass over the rows: delta = rowsum(out * dout) per query row, and the forward's finiteness rule without
-  // its bounds (a q or k row whose squared norm, or a largest |q| |k| scale product, is not finite sends the call
-  // to the torch path; the global maxima make this at least as strict as the forward's per-head check).
-  at::Tensor delta = at::empty({P.B, P.H, P.Lq}, q.options());
-  std::atomic<bool> finite{true};
-  std::atomic<float> qmax{0.0f}, kmax{0.0f};
-  auto raise_to = [](std::atomic<float>& m, float v) {
-    float cur = m.load();
-    while (v > cur && !m.compare_exchange_weak(cur, v)) {
-    }
-  };
-  {
-    const float* o = out.data_ptr<float>();
-    const float* d = dout.data_ptr<float>();
-    float* de = delta.data_ptr<float>();
-    const int64_t Dv = P.Dv, D = P.D, nq = P.B * P.H * P.Lq, nk = P.B * P.Hkv * P.Lk;
-    at::parallel_for(0, nq + nk, 256, [&](int64_t s, int64_t e) {
-      bool ok = true;
-      float qm = 0.0f, km = 0.0f;
-      for (int64_t r = s; r < e; ++r) {
-        const float* row = r < nq ? P.q + r * D : P.k + (r - nq) * D;
-        float sq = 0.0f;
-#pragma omp simd reduction(+ : sq)
-        for (int64_t x = 0; x < D; ++x) sq += row[x] * row[x];
-        ok = ok && std::isfinite(sq);
-        if (r >= nq) {
-          km = std::max(km, sq);
-          continue;
-        }
-        qm = std::max(qm, sq);
-        float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t x = 0; x < Dv; ++x) acc += o[r * Dv + x] * d[r * Dv + x];
-        de[r] = acc;
-      }
-      if (!ok) finite = false;
-      raise_to(qmax, qm);
-      raise_to(kmax, km);
-    });
-  }
-  if (!finite.load() || !std::isfinite(std::sqrt(qmax.load()) * std::sqrt(kmax.load()) * std::fabs(P.scale))) return {};
   const int64_t nkb = P.Lk == 0 ? 0 : (P.Lk + P.bk - 1) / P.bk;
   // enough items for every thread: split the key blocks of a (batch, kv head) when there are few of those
   const int64_t want = 4 * (int64_t)at::get_num_threads();
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(nkb, (want + P.B * P.Hkv - 1) / (P.B * P.Hkv)));
-  at::Tensor dqp = at::zeros({chunks, P.B, P.H, P.Lq, P.D}, q.options());
-  at::Tensor dk = at::zeros_like(k);
-  at::Tensor dv = at::zeros_like(v);
+  // uninitialised: every item zeroes what it owns (a zero-fill here would be one more parallel region)
+  at::Tensor dqp = at::empty({chunks, P.B, P.H, P.Lq, P.D}, q.options());
+  at::Tensor dq = chunks == 1 ? dqp[0] : at::empty_like(q);
+  at::Tensor dk = at::empty_like(k);
+  at::Tensor dv = at::empty_like(v);
   at::Tensor dnp = bn ? at::zeros({chunks, P.B, P.H}, q.options().dtype(at::kDouble)) : at::Tensor();
-  Backward f{P, dout.data_ptr<float>(), lse.data_ptr<float>(), delta.data_ptr<float>(), dqp.data_ptr<float>(),
-             dk.data_ptr<float>(), dv.data_ptr<float>(), bn ? dnp.data_ptr<double>() : nullptr, nkb, chunks};
-  run_items(P.B * P.Hkv * chunks, f);
-  at::Tensor dq = chunks == 1 ? dqp[0] : dqp.sum(0);
+  at::Tensor qdq = bn ? at::zeros({P.B, P.H}, q.options().dtype(at::kDouble)) : at::Tensor();
+  if (nkb == 0) {  // no keys: no gradient anywhere
+    dq.zero_(); dk.zero_(); dv.zero_();
+  } else {
+    std::unique_ptr<std::atomic<int32_t>[]> done(new std::atomic<int32_t>[P.B * P.Hkv]);
+    for (int64_t x = 0; x < P.B * P.Hkv; ++x) done[x] = 0;
+    std::atomic<bool> nonfinite{false};
+    Backward f{P, dout.data_ptr<float>(), out.data_ptr<float>(), lse.data_ptr<float>(), dqp.data_ptr<float>(),
+               dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr<float>(),
+               bn ? dnp.data_ptr<double>() : nullptr, bn ? qdq.data_ptr<double>() : nullptr, nkb, chunks,
+               done.get(), &nonfinite};
+    run_items(P.B * P.Hkv * chunks, f);
+    if (nonfinite.load()) return {};  // the torch path propagates inf/NaN as eager attention does
+  }
   at::Tensor dn_sum, db_sum;
   if (bn) {
     dn_sum = dnp.sum({0, 1});
-    at::Tensor qdq = at::empty({P.B, P.H}, q.options().dtype(at::kDouble));
-    const float* qp = P.q;
-    const float* dqq = dq.data_ptr<float>();
-    double* out_p = qdq.data_ptr<double>();
-    const int64_t L = P.Lq, D = P.D;
-    at::parallel_for(0, P.B * P.H, 1, [&](int64_t s, int64_t e) {
-      for (int64_t bh = s; bh < e; ++bh) {
-        double acc = 0.0;
-        for (int64_t i = 0; i < L; ++i) {
-          float row = 0.0f;
-          const float* a = qp + (bh * L + i) * D;
-          const float* c = dqq + (bh * L + i) * D;
-#pragma omp simd reduction(+ : row)
-          for (int64_t x = 0; x < D; ++x) row += a[x] * c[x];
-          acc += row;
-        }
-        out_p[bh] = acc;
-      }
-    });
     db_sum = qdq.sum(0);
   } else {
     dn_sum = at::empty({0}, q.options().dtype(at::kDouble));
@@ -340,7 +378,7 @@ std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout, const at::Ten
 // The number of threads that ran a parallel region of n items (tests: the kernel really runs on torch's pool).
 int64_t ssa_parallel_width(int64_t n) {
   std::atomic<int64_t> width{0};
-  at::parallel_for(0, n, 1, [&](int64_t, int64_t) {
+  parallel(n, [&](int64_t, int64_t) {
     const int64_t t = at::get_thread_num() + 1;
     int64_t w = width.load();
     while (t > w && !width.compare_exchange_weak(w, t)) {
@@ -349,8 +387,12 @@ int64_t ssa_parallel_width(int64_t n) {
   return width.load();
 }
 
+// The number of parallel regions the forward and backward kernels have opened in this process (tests).
+int64_t ssa_parallel_regions() { return g_regions.load(); }
+
 TORCH_LIBRARY(SSA_HF_NS, m) {
   m.def("parallel_width", &ssa_parallel_width);
+  m.def("parallel_regions", &ssa_parallel_regions);
   m.def("forward", &ssa_fused_forward);
   m.def("backward", &ssa_fused_backward);
 }

@@ -16,6 +16,7 @@ MATH_SOURCE = r"""
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 // MKL (torch's BLAS on x86) runs nested teams inside a parallel region unless told otherwise (torch turns its
@@ -119,6 +120,7 @@ struct Problem {
   int64_t msb, msh, msi, msj;
   int64_t bq, bk;              // query positions per work item, keys per tile
   float fixed_max;             // largest row bound for which the forward uses it as a fixed row offset
+  bool bounded;                // forward: compute row bounds (false: online maximum for every row)
 
   // visible keys of query position i in the key tile [j0, j0 + C) of (batch bi, head h)
   inline Row row(int64_t bi, int64_t h, int64_t i, int64_t j0, int64_t C) const {
@@ -223,12 +225,21 @@ inline float bwd_row(float* __restrict row, float* __restrict drow, const uint8_
 
 // Run fn(item) for item in [0, items) on torch's intra-op pool, one parallel region, items handed out
 // dynamically (a thread that the scheduler delays takes fewer items instead of holding up the others).
+std::atomic<int64_t> g_regions{0};  // parallel regions opened by the kernels (tests: one per call)
+
+// The only parallel region of this source (a test checks): at::parallel_for, counted.
+template <typename F>
+void parallel(int64_t n, const F& fn) {
+  g_regions.fetch_add(1, std::memory_order_relaxed);
+  at::parallel_for(0, n, 1, fn);
+}
+
 template <typename F>
 void run_items(int64_t items, const F& fn) {
   if (items <= 0) return;
   const int64_t nt = std::min<int64_t>(at::get_num_threads(), items);
   std::atomic<int64_t> next{0};
-  at::parallel_for(0, nt, 1, [&](int64_t, int64_t) {
+  parallel(nt, [&](int64_t, int64_t) {
     typename F::Scratch scratch(fn);
     const int one = 1;
     const int prev = mkl_set_num_threads_local_ ? mkl_set_num_threads_local_(&one) : 0;
@@ -237,41 +248,32 @@ void run_items(int64_t items, const F& fn) {
   });
 }
 
-// |g| bound per query row (Cauchy-Schwarz): |g| <= |n| log(1 + b scale |q| max|k|); false if any q or k
-// element is not finite (the caller then runs the torch path, which propagates inf/NaN as eager does)
-bool row_bounds(const Problem& P, float* bound) {
-  std::vector<float> kmax(P.B * P.Hkv);
-  std::atomic<bool> finite{true};
-  at::parallel_for(0, P.B * P.Hkv, 1, [&](int64_t s, int64_t e) {
-    for (int64_t bh = s; bh < e; ++bh) {
-      const float* kk = P.k + bh * P.Lk * P.D;
-      float mx = 0.0f;
-      for (int64_t j = 0; j < P.Lk; ++j) {
-        float acc = 0.0f;
+// |g| bound of each row of a work item (Cauchy-Schwarz): |g| <= |n| log(1 + b |scale| |q| max|k|), the maximum
+// over the keys [0, kend) the item can see.  Written to m[rows]; returns false if a q or k element it reads is
+// not finite (the caller then runs the torch path, which propagates inf/NaN as eager attention does).
+inline bool item_bounds(const Problem& P, const float* q, int64_t rows, int64_t R, const float* k, int64_t kend,
+                        int64_t hk, float* m) {
+  float kmax = 0.0f;
+  bool ok = true;
+  for (int64_t j = 0; j < kend; ++j) {
+    float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-        for (int64_t d = 0; d < P.D; ++d) acc += kk[j * P.D + d] * kk[j * P.D + d];
-        if (!std::isfinite(acc)) finite = false;
-        mx = std::max(mx, acc);
-      }
-      kmax[bh] = std::sqrt(mx);
-    }
-  });
-  at::parallel_for(0, P.B * P.H, 1, [&](int64_t s, int64_t e) {
-    for (int64_t bh = s; bh < e; ++bh) {
-      const int64_t h = bh % P.H, bi = bh / P.H;
-      const float km = kmax[bi * P.Hkv + h / P.G] * std::fabs(P.scale);
-      for (int64_t i = 0; i < P.Lq; ++i) {
-        const float* qq = P.q + (bh * P.Lq + i) * P.D;
-        float acc = 0.0f;
+    for (int64_t d = 0; d < P.D; ++d) acc += k[j * P.D + d] * k[j * P.D + d];
+    ok = ok && std::isfinite(acc);
+    kmax = std::max(kmax, acc);
+  }
+  const float km = std::sqrt(kmax) * std::fabs(P.scale);
+  for (int64_t rr = 0; rr < rows; ++rr) {
+    const float* qq = q + rr * P.D;
+    float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-        for (int64_t d = 0; d < P.D; ++d) acc += qq[d] * qq[d];
-        float x = std::sqrt(acc) * km;
-        if (!std::isfinite(x)) finite = false;
-        bound[bh * P.Lq + i] = P.b ? std::fabs(P.n[h]) * std::log1p(P.b[h] * x) : x;
-      }
-    }
-  });
-  return finite.load();
+    for (int64_t d = 0; d < P.D; ++d) acc += qq[d] * qq[d];
+    const float x = std::sqrt(acc) * km;
+    ok = ok && std::isfinite(x);
+    const int64_t h = hk * P.G + rr / R;
+    m[rr] = P.b ? std::fabs(P.n[h]) * std::log1p(P.b[h] * x) : x;
+  }
+  return ok;
 }
 
 // Decoding steps have one query row per head (G per work item): plain vectorised dot products and axpys beat a

@@ -14,7 +14,7 @@ import warnings
 import pytest
 import torch
 
-from ssa_hf.models import native
+from ssa_hf.models import native, native_kernels, native_math
 from ssa_hf.models.blockwise import blockwise_attention
 
 TINY = "extern \"C\" int ssa_hf_cache_probe() { return 42; }\n"
@@ -186,3 +186,28 @@ def test_kernel_runs_on_torchs_thread_pool():
         torch.set_num_threads(before)
     libraries = [line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line or "libomp" in line]
     assert len(set(libraries)) <= 1, f"more than one OpenMP runtime loaded: {sorted(set(libraries))}"
+
+
+@pytest.mark.parametrize("batch, kv_heads, length, block", [(1, 8, 64, 16), (1, 1, 96, 16), (2, 2, 1, 16)],
+                         ids=["items-per-head", "key-chunks", "decode-step"])
+def test_one_parallel_region_per_call(batch, kv_heads, length, block):
+    """Forward and backward each open exactly one parallel region: bounds, finiteness checks, delta, zeroing
+    and the chunked dq/db reductions all happen inside the work items (on a busy machine every barrier costs a
+    scheduler time slice, REFERENCE and docs/PERFORMANCE.md)."""
+    ops = native.load_kernels()
+    assert ops is not None, "the fused CPU kernel did not build"
+    gen = torch.Generator().manual_seed(3)
+    H, D = 2 * kv_heads, 16
+    q = torch.randn(batch, H, length, D, generator=gen, requires_grad=True)
+    k, v = (torch.randn(batch, kv_heads, 96, D, generator=gen, requires_grad=True) for _ in range(2))
+    b = torch.full((H,), 0.8, requires_grad=True)
+    n = torch.full((H,), 1.5, requires_grad=True)
+    before = ops.parallel_regions()
+    out = blockwise_attention(q, k, v, b, n, is_causal=length > 1, block_size=block)
+    assert ops.parallel_regions() - before == 1
+    out.square().sum().backward()
+    assert ops.parallel_regions() - before == 2
+    assert all(t.grad is not None and t.grad.isfinite().all() for t in (q, k, v, b, n))
+    # and no other region: the counted helper is the source's only at::parallel_for
+    source = native_math.MATH_SOURCE + native_kernels.KERNEL_SOURCE
+    assert source.count("at::parallel_for(") == 1
