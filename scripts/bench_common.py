@@ -1,7 +1,9 @@
 """Helpers shared by the benchmark scripts (bench_attention.py, bench_model.py): glibc malloc pinning, the
 machine's busy fraction, comma-or-space separated options."""
 
+import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -60,3 +62,24 @@ class BusyProcesses:
         for proc in self.procs:
             proc.kill()
             proc.wait()
+
+
+def paired_ratio(baseline_times, times, level: float = 0.95) -> dict:
+    """Speed of `times` relative to `baseline_times` (> 1: faster), paired by round: the round-k samples of the two
+    ran back to back, so each ratio baseline_k / times_k sees one machine state.  Returns the median ratio and a
+    distribution-free interval for it at (at least) `level` from the binomial order statistics (None when too few
+    rounds), plus the number of rounds.  On a loaded machine this is steadier than a ratio of medians, whose two
+    medians may come from different phases of the load."""
+    ratios = sorted(b / t for b, t in zip(baseline_times, times))
+    n = len(ratios)
+    out = {"median": statistics.median(ratios), "low": None, "high": None, "rounds": n}
+    # largest j with P(Binomial(n, 1/2) < j) <= (1 - level) / 2: [r_j, r_(n+1-j)] (1-based) covers the median
+    cdf, j = 0.0, 0
+    while j < n:
+        nxt = cdf + math.comb(n, j) / 2 ** n
+        if nxt > (1 - level) / 2:
+            break
+        cdf, j = nxt, j + 1
+    if j >= 1:
+        out["low"], out["high"] = ratios[j - 1], ratios[n - j]
+    return out

@@ -16,7 +16,9 @@ Decoding: new tokens/s of greedy `generate` with the KV cache (one-token steps),
 The three variants of a (preset, length) live side by side and are timed alternately, step by step (the order
 rotating), so that each sees the same load: on a shared or loaded machine, timing one variant after another
 compares the machine's moods, not the variants.
-Prints a markdown table with ratios to softmax (same attention) and to SDPA, and writes JSON.
+Prints a markdown table with ratios to softmax (same attention) and to SDPA, and writes JSON. Ratios to SDPA come
+twice: of medians, and paired by round (the median of the per-round speed ratios, with a distribution-free 95%
+interval), the steadier one on a loaded machine, whose state can change during a cell.
 Timing pins glibc's malloc thresholds (REFERENCE section 5) by re-executing itself when they are unset.
 """
 
@@ -33,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import MALLOC_ENV, BusyProcesses, busy_fraction, pin_malloc_env, split_args  # noqa: E402
+from bench_common import MALLOC_ENV, BusyProcesses, busy_fraction, paired_ratio, pin_malloc_env, split_args  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = [("ssa", "ssa", "ssa_auto"), ("softmax", "softmax", "ssa_auto"), ("softmax sdpa", "softmax", "sdpa")]
@@ -45,13 +47,23 @@ def build(preset: str, scoring: str, implementation: str, max_length: int):
 
     from ssa_hf.presets import build_model, load_model_config
 
+    from ssa_hf.models.attention import IMPLEMENTATIONS
+
     torch.manual_seed(0)
     overrides = {"attention_scoring": scoring}
+    if implementation not in IMPLEMENTATIONS:
+        # transformers' own implementation (PyTorch's SDPA): ssa-hf models map its standard names onto their own
+        # attention unless the config's aliases are emptied, which only a softmax model may run
+        overrides["attn_implementation_aliases"] = {}
     config = load_model_config(preset)
     if getattr(config, "max_position_embeddings", 0) < max_length:
         overrides["max_position_embeddings"] = max_length
     config = load_model_config(preset, **overrides)
-    return build_model(config, "causal_lm", attn_implementation=implementation)
+    model = build_model(config, "causal_lm", attn_implementation=implementation)
+    if model.config._attn_implementation != implementation:  # a baseline must be what its row says it is
+        raise RuntimeError(f"asked for attn_implementation={implementation!r}, the model runs "
+                           f"{model.config._attn_implementation!r}")
+    return model
 
 
 class TrainingRun:
@@ -125,12 +137,21 @@ def measure(args, preset: str, length: int) -> list[dict]:
         row = {"preset": preset, "length": length, "variant": name, "attn_implementation": impl,
                "train_tokens_per_s": args.batch * length / step_s, "train_step_s": step_s,
                "train_steps_timed": len(train[name])}
+        row["train_vs_sdpa_paired"] = paired_ratio(train["softmax sdpa"], train[name])
         if args.decode:
             row["decode_tokens_per_s"] = args.new_tokens / statistics.median(decode[name])
             row["generates_timed"] = len(decode[name])
+            row["decode_vs_sdpa_paired"] = paired_ratio(decode["softmax sdpa"], decode[name])
         rows.append(row)
         print(row, file=sys.stderr, flush=True)
     return rows
+
+
+def _interval(ratio: dict) -> str:
+    """"0.95 [0.91, 0.99] (n=12)": a paired median ratio with its interval, or the median alone."""
+    if ratio["low"] is None:
+        return f"{ratio['median']:.2f} (n={ratio['rounds']})"
+    return f"{ratio['median']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}] (n={ratio['rounds']})"
 
 
 def main(argv=None) -> int:
@@ -179,13 +200,16 @@ def main(argv=None) -> int:
                "torch": torch.__version__, "batch": args.batch, "steps": args.steps, "warmup": args.warmup,
                "prompt": args.prompt, "new_tokens": args.new_tokens, "min_seconds": args.min_seconds, "malloc_env": MALLOC_ENV,
                "busy_before": busy_before, "busy_after": busy_fraction(), "busy_processes": args.load}
-    lines = ["| preset | L | variant | train tok/s | x softmax | x sdpa | decode tok/s | x softmax | x sdpa |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| preset | L | variant | train tok/s | x softmax | x sdpa | paired x sdpa [95% CI] | decode tok/s | x softmax "
+             "| x sdpa | paired x sdpa [95% CI] |",
+             "|---|---:|---|---:|---:|---:|---|---:|---:|---:|---|"]
     for r in rows:
         dec = (f"{r['decode_tokens_per_s']:.1f} | {r['decode_tokens_per_s_vs_softmax']:.2f} | "
-               f"{r['decode_tokens_per_s_vs_sdpa']:.2f}") if args.decode else "- | - | -"
+               f"{r['decode_tokens_per_s_vs_sdpa']:.2f} | {_interval(r['decode_vs_sdpa_paired'])}") if args.decode \
+            else "- | - | - | -"
         lines.append(f"| {r['preset']} | {r['length']} | {r['variant']} | {r['train_tokens_per_s']:.0f} | "
-                     f"{r['train_tokens_per_s_vs_softmax']:.2f} | {r['train_tokens_per_s_vs_sdpa']:.2f} | {dec} |")
+                     f"{r['train_tokens_per_s_vs_softmax']:.2f} | {r['train_tokens_per_s_vs_sdpa']:.2f} | "
+                     f"{_interval(r['train_vs_sdpa_paired'])} | {dec} |")
     text = "\n".join(lines)
     Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows, "table": text}, indent=2) + "\n")
     print(f"\nbatch {args.batch}, median of >= {args.steps} training steps (and >= {args.min_seconds} s) after {args.warmup} warm-up; decoding: prompt "

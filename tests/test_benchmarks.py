@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -39,6 +41,21 @@ def test_bench_model_rows(tmp_path):
     for row in rows:
         assert row["train_tokens_per_s"] > 0 and row["decode_tokens_per_s"] > 0
     assert rows[1]["train_tokens_per_s_vs_softmax"] == 1.0 and rows[2]["train_tokens_per_s_vs_sdpa"] == 1.0
+    assert rows[2]["train_vs_sdpa_paired"]["median"] == 1.0 and rows[0]["decode_vs_sdpa_paired"]["rounds"] == 1
+
+
+def test_paired_ratio_pairs_rounds_and_covers_the_median():
+    """Ratios are taken round by round (a machine that slows down for half the rounds moves both variants, not the
+    ratio), and the order-statistics interval is the binomial one: with 6 rounds [min, max] (coverage 31/32)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from bench_common import paired_ratio
+
+    baseline = [1.0, 1.0, 1.0, 10.0, 10.0, 10.0]  # the machine's state changes half-way
+    twice_as_slow = [2 * t for t in baseline]
+    assert paired_ratio(baseline, twice_as_slow) == {"median": 0.5, "low": 0.5, "high": 0.5, "rounds": 6}
+    spread = paired_ratio([1.0] * 6, [1 / r for r in (0.8, 0.9, 1.0, 1.0, 1.1, 1.2)])
+    assert spread == {"median": pytest.approx(1.0), "low": pytest.approx(0.8), "high": pytest.approx(1.2), "rounds": 6}
+    assert paired_ratio([1.0] * 5, [1.0] * 5)["low"] is None  # 5 rounds: no 95% interval exists (2/32 > 0.05)
 
 
 def test_bench_attention_paired_quiet_and_beside_a_busy_process(tmp_path):

@@ -79,6 +79,7 @@ def _tokens_per_second(history: list[dict[str, Any]], warmup: int) -> float:
 
 
 def benchmark_training(bench: BenchConfig, output_dir: str | None = None) -> BenchResult:
+    from ..models.attention import IMPLEMENTATIONS
     from .config import load_config
     from .loop import pretrain
 
@@ -99,9 +100,16 @@ def benchmark_training(bench: BenchConfig, output_dir: str | None = None) -> Ben
                     "report_to": ["none"],
                     "model.attention_scoring": scoring,
                     **({"model.attn_implementation": implementation} if implementation else {}),
+                    # transformers' own implementation (PyTorch's SDPA) for a softmax baseline: ssa-hf models map
+                    # the standard names onto their own attention unless the config's aliases are emptied
+                    **({"model.overrides.attn_implementation_aliases": {}}
+                       if implementation and implementation not in IMPLEMENTATIONS else {}),
                     **bench.overrides,
                 }
                 result = pretrain(load_config(bench.config, overrides))
+                ran = result.metrics["attn_implementation"]
+                if ran != (implementation or "ssa_auto"):  # a baseline must be what its row says it is
+                    raise RuntimeError(f"variant {variant!r} asked for {implementation or 'ssa_auto'!r}, the run used {ran!r}")
                 samples[variant].append(_tokens_per_second(result.log_history, bench.warmup_steps))
                 details[variant] = {"parameters": result.metrics["parameters"],
                                     "global_batch_size": result.metrics["global_batch_size"]}

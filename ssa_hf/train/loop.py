@@ -317,6 +317,7 @@ def run_metrics(run: Run, report: Report) -> dict[str, Any]:
         "task": config.task,
         "model_preset": config.model.preset,
         "attention_scoring": model.config.attention_scoring,
+        "attn_implementation": model.config._attn_implementation,  # what ran (a standard name maps onto ssa-hf's)
         "parameters": sum(p.numel() for p in model.parameters()),
         "steps": run.step,
         "max_steps": config.max_steps,

@@ -194,3 +194,30 @@ def test_a_log_file_gets_plain_lines_not_progress_bar_escapes(corpora, tmp_path)
     assert result.returncode == 0, text[-3000:]
     assert "\r" not in text and "\x1b[" not in text, repr(text[-2000:])
     assert [n for n in range(1, 4) if f"step {n}/3: loss" in text] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("aliases, ran", [(None, "ssa_auto"), ({}, "sdpa")], ids=["mapped", "pytorch-sdpa"])
+def test_softmax_run_reports_the_implementation_that_ran(corpora, tmp_path, aliases, ran):
+    """`model.attn_implementation: sdpa` runs ssa-hf's own attention (the standard names are mapped) unless the
+    config's aliases are emptied, which gives a softmax model PyTorch's SDPA; the run's metrics say which ran
+    (a baseline labelled "sdpa" once silently ran ssa_auto)."""
+    model = {"preset": "tiny_llama", "attention_scoring": "softmax", "attn_implementation": "sdpa"}
+    if aliases is not None:
+        model["overrides"] = {"attn_implementation_aliases": aliases}
+    result = pretrain(tiny_config("causal", corpora, tmp_path / "run", max_steps=2, eval_steps=0, save_steps=0,
+                                  model=model))
+    assert result.metrics["attn_implementation"] == ran
+
+
+def test_bench_refuses_a_variant_that_ran_something_else(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    import ssa_hf.train.loop as loop
+    from ssa_hf.train.bench import BenchConfig, benchmark_training
+
+    history = [{"step": s, "tokens_per_second": 1.0, "seconds_per_step": 1.0} for s in (1, 2)]
+    fake = SimpleNamespace(log_history=history, metrics={"attn_implementation": "ssa_auto", "parameters": 1,
+                                                         "global_batch_size": 1})
+    monkeypatch.setattr(loop, "pretrain", lambda config: fake)
+    with pytest.raises(RuntimeError, match="asked for 'sdpa', the run used 'ssa_auto'"):
+        benchmark_training(BenchConfig(variants=["softmax@sdpa"], steps=1, warmup_steps=0, repeats=1))
