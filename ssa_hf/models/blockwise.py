@@ -43,6 +43,9 @@ BLOCK_K = 256
 # largest |g| bound per row for which the fused forward uses the bound as a fixed row offset (one pass per tile,
 # no running maximum): exp(-2 * 40) is still a normal float32; above it the online maximum runs
 _STATIC_BOUND_MAX = 40.0
+# calls of fewer tile-product flops run on the calling thread, without a parallel region (a small model's decoding
+# step: microseconds of work, where a region costs more than it saves, and a scheduler slice on a busy machine)
+_SERIAL_FLOPS = float(1 << 20)
 # query rows per step of the torch path (its memory is block * Lk scores per head)
 _TORCH_BLOCK = 128
 
@@ -186,19 +189,21 @@ def _use_native(query):
     return query.device.type == "cpu" and _compute_dtype(query.dtype) == torch.float32
 
 
-@torch.library.custom_op("ssa_hf::attention_forward", mutates_args=())
-def attention_forward(query: Tensor, key: Tensor, value: Tensor, b: Tensor, n: Tensor, mask: Optional[Tensor],
-                      causal: bool, scale: float, block_q: int, block_k: int) -> tuple[Tensor, Tensor]:
+def _forward(query: Tensor, key: Tensor, value: Tensor, b: Tensor, n: Tensor, mask: Optional[Tensor],
+             causal: bool, scale: float, block_q: int, block_k: int) -> tuple[Tensor, Tensor]:
     """out [B, H, Lq, Dv] and the row logsumexp of g [B, H, Lq] (+inf for rows without a visible key), both in
     the compute dtype (float32, float64 for float64 inputs).  b, n: [H], or empty for softmax."""
     ssa = b.numel() > 0
     ops = load_kernels() if _use_native(query) else None
     if ops is not None:
         res = ops.forward(*_native_inputs(query, key, value, b, n), mask, causal, scale, block_q, block_k, True,
-                          _STATIC_BOUND_MAX)
+                          _STATIC_BOUND_MAX, _SERIAL_FLOPS)
         if res:  # empty: a non-finite query or key element, which the torch path propagates as eager does
             return res[0], res[1]
     return _torch_forward(query, key, value, b, n, _Layout(mask, causal, scale, ssa))
+
+
+attention_forward = torch.library.custom_op("ssa_hf::attention_forward", _forward, mutates_args=())
 
 
 @attention_forward.register_fake
@@ -219,7 +224,7 @@ def attention_backward(grad_out: Tensor, query: Tensor, key: Tensor, value: Tens
     res = None
     if ops is not None:
         res = ops.backward(*_native_inputs(grad_out, query, key, value, out, lse, b, n), mask, causal, scale,
-                           block_q, block_k, need_bn)
+                           block_q, block_k, need_bn, _SERIAL_FLOPS)
     if res:
         dq, dk, dv, dn_sum, db_sum = res
         db = (db_sum / b.double()) if need_bn else None  # dL/db = sum(dS s) / b, dL/dn = sum(dg g) / n
@@ -364,5 +369,11 @@ def run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q=BLOCK
         mask = mask.to(query.device).reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
         if mask.shape[3] > 1 and mask.stride(3) != 1:
             mask = mask.contiguous()
-    out, _ = attention_forward(query, key, value, b, n, mask, bool(is_causal), scale, block_q, block_k)
+    # Eager calls that need no gradient (decoding, evaluation) skip the custom op's dispatch (tens of microseconds
+    # a call, as much as a small model's decoding step spends in the kernel); torch.compile, torch.export and
+    # autograd go through the op.
+    direct = not torch.compiler.is_compiling() and not (
+        torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value, b, n)))
+    run = _forward if direct else attention_forward
+    out, _ = run(query, key, value, b, n, mask, bool(is_causal), scale, block_q, block_k)
     return out.to(query.dtype)

@@ -80,8 +80,14 @@ def check_implementation(config, requested: str | None) -> str:
 
 
 def _check_scoring_runs(model, args) -> None:
-    # a forward pre-hook: a config edited by hand (`config._attn_implementation = "sdpa"`) is caught too
-    model.assert_scoring_runs()
+    # a forward pre-hook: a config edited by hand (`config._attn_implementation = "sdpa"`) is caught too; checked
+    # again only when one of the settings it depends on has changed (a decoding step is a forward per token)
+    config = model.config
+    aliases = getattr(config, "attn_implementation_aliases", None) or {}
+    state = (config._attn_implementation, repr(config.attention_scoring), tuple(sorted(aliases.items())))
+    if getattr(model, "_ssa_checked_state", None) != state:
+        model.assert_scoring_runs()
+        model._ssa_checked_state = state
 
 
 def scoring_parameter_problems(model: nn.Module) -> list[str]:

@@ -301,7 +301,8 @@ Problem make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           const at::Tensor& b, const at::Tensor& n,
                                           const c10::optional<at::Tensor>& mask, bool causal, double scale,
-                                          int64_t bq, int64_t bk, bool need_lse, double fixed_max) {
+                                          int64_t bq, int64_t bk, bool need_lse, double fixed_max,
+                                          double serial_flops) {
   Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
   P.fixed_max = (float)fixed_max;
   at::Tensor out = at::empty({P.B, P.H, P.Lq, P.Dv}, q.options());
@@ -323,7 +324,7 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor&
   std::atomic<bool> nonfinite{false};
   Forward f{P, out.data_ptr<float>(), need_lse ? lse.data_ptr<float>() : nullptr, nqb,
             &nonfinite};
-  run_items(nqb * P.B * P.Hkv, f);
+  run_items(nqb * P.B * P.Hkv, f, problem_flops(P) < serial_flops);
   if (nonfinite.load()) return {};
   return {out, lse};
 }
@@ -335,7 +336,7 @@ std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout, const at::Ten
                                            const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
                                            const at::Tensor& b, const at::Tensor& n,
                                            const c10::optional<at::Tensor>& mask, bool causal, double scale,
-                                           int64_t bq, int64_t bk, bool need_bn) {
+                                           int64_t bq, int64_t bk, bool need_bn, double serial_flops) {
   Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
   TORCH_CHECK(dout.is_contiguous() && out.is_contiguous() && lse.is_contiguous(), "ssa_hf fused kernel: contiguous tensors expected");
   const bool bn = need_bn && P.b != nullptr;
@@ -361,7 +362,7 @@ std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout, const at::Ten
                dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr<float>(),
                bn ? dnp.data_ptr<double>() : nullptr, bn ? qdq.data_ptr<double>() : nullptr, nkb, chunks,
                done.get(), &nonfinite};
-    run_items(P.B * P.Hkv * chunks, f);
+    run_items(P.B * P.Hkv * chunks, f, problem_flops(P) < serial_flops);
     if (nonfinite.load()) return {};  // the torch path propagates inf/NaN as eager attention does
   }
   at::Tensor dn_sum, db_sum;

@@ -223,9 +223,7 @@ inline float bwd_row(float* __restrict row, float* __restrict drow, const uint8_
   return acc * kLn2;
 }
 
-// Run fn(item) for item in [0, items) on torch's intra-op pool, one parallel region, items handed out
-// dynamically (a thread that the scheduler delays takes fewer items instead of holding up the others).
-std::atomic<int64_t> g_regions{0};  // parallel regions opened by the kernels (tests: one per call)
+std::atomic<int64_t> g_regions{0};  // parallel regions opened by the kernels (tests: at most one per call)
 
 // The only parallel region of this source (a test checks): at::parallel_for, counted.
 template <typename F>
@@ -234,18 +232,31 @@ void parallel(int64_t n, const F& fn) {
   at::parallel_for(0, n, 1, fn);
 }
 
+// Calls whose tile products add up to fewer flops than the caller's serial_flops (a decoding step of a small
+// model: microseconds of work) run on the calling thread: a parallel region costs more than it saves there, and
+// beside busy processes it can cost a scheduler time slice (milliseconds) while the second thread waits.
+inline double problem_flops(const Problem& P) {
+  const double visible = P.causal ? 0.5 : 1.0;
+  return 2.0 * P.B * P.H * P.Lq * P.Lk * (double)(P.D + P.Dv) * visible;
+}
+
+// Run fn(item) for item in [0, items): on torch's intra-op pool in one parallel region, items handed out
+// dynamically (a thread that the scheduler delays takes fewer items instead of holding up the others), or on the
+// calling thread when `serial`.
 template <typename F>
-void run_items(int64_t items, const F& fn) {
+void run_items(int64_t items, const F& fn, bool serial) {
   if (items <= 0) return;
-  const int64_t nt = std::min<int64_t>(at::get_num_threads(), items);
+  const int64_t nt = serial ? 1 : std::min<int64_t>(at::get_num_threads(), items);
   std::atomic<int64_t> next{0};
-  parallel(nt, [&](int64_t, int64_t) {
+  auto worker = [&](int64_t, int64_t) {
     typename F::Scratch scratch(fn);
     const int one = 1;
     const int prev = mkl_set_num_threads_local_ ? mkl_set_num_threads_local_(&one) : 0;
     for (int64_t it = next.fetch_add(1); it < items; it = next.fetch_add(1)) fn(it, scratch);
     if (mkl_set_num_threads_local_) mkl_set_num_threads_local_(&prev);
-  });
+  };
+  if (nt == 1) worker(0, 1);
+  else parallel(nt, worker);
 }
 
 // |g| bound of each row of a work item (Cauchy-Schwarz): |g| <= |n| log(1 + b |scale| |q| max|k|), the maximum

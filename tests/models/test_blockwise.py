@@ -92,6 +92,17 @@ def row_offset(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(params=["parallel", "serial"])
+def work_split(request, monkeypatch):
+    """Run a test with the work items in one parallel region of two threads and on the calling thread alone (the
+    kernel's choice for calls under bw._SERIAL_FLOPS, which is moved so that every call takes the path)."""
+    monkeypatch.setattr(bw, "_SERIAL_FLOPS", 0.0 if request.param == "parallel" else float("inf"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield request.param
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(params=[(16, 16), (8, 32)], ids=["square-tiles", "wide-tiles"])
 def tiles(request):
     """Tile shapes: query rows per work item (over the G heads of a key/value head) and keys per tile."""
@@ -100,7 +111,7 @@ def tiles(request):
 
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("gqa", [1, 2])
-def test_inference_matches_reference(is_causal, gqa, tiles, row_offset):
+def test_inference_matches_reference(is_causal, gqa, tiles, row_offset, work_split):
     B, H, L = 3, 4, 37
     q, k, v, b, n = _inputs(B, H, H // gqa, L, L, 20, seed=23)
     gen = torch.Generator().manual_seed(23)
@@ -146,21 +157,21 @@ def test_large_n_and_scores_use_online_max_and_stay_finite():
 
 
 @pytest.mark.parametrize("is_causal", [False, True])
-def test_gqa_8_to_2(is_causal, tiles):
+def test_gqa_8_to_2(is_causal, tiles, work_split):
     q, k, v, b, n = _inputs(2, 8, 2, 37, 37, 24, seed=2)
     _check(q, k, v, b, n, is_causal=is_causal, block_size=tiles)
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
 @pytest.mark.parametrize("is_causal", [False, True])
-def test_padding_masks(side, is_causal):
+def test_padding_masks(side, is_causal, work_split):
     B, L = 3, 45
     q, k, v, b, n = _inputs(B, 4, 2, L, L, 20, seed=3)
     mask = _padding_mask(B, L, L, seed=3, side=side)
     _check(q, k, v, b, n, attn_mask=mask, is_causal=is_causal)
 
 
-def test_per_head_mask_and_fully_masked_rows(tiles, row_offset):
+def test_per_head_mask_and_fully_masked_rows(tiles, row_offset, work_split):
     B, H, L = 2, 4, 33
     q, k, v, b, n = _inputs(B, H, 2, L, L, 12, seed=4)
     gen = torch.Generator().manual_seed(4)
@@ -185,7 +196,7 @@ def test_fully_masked_row_zero_grads():
     assert torch.isfinite(q.grad).all()
 
 
-def test_decode_shapes_lq_less_than_lk():
+def test_decode_shapes_lq_less_than_lk(work_split):
     B, H, Hkv, Lk, D = 3, 4, 2, 50, 16
     for Lq in (1, 5):
         q, k, v, b, n = _inputs(B, H, Hkv, Lq, Lk, D, seed=6 + Lq)

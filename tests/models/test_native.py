@@ -188,25 +188,32 @@ def test_kernel_runs_on_torchs_thread_pool():
     assert len(set(libraries)) <= 1, f"more than one OpenMP runtime loaded: {sorted(set(libraries))}"
 
 
-@pytest.mark.parametrize("batch, kv_heads, length, block", [(1, 8, 64, 16), (1, 1, 96, 16), (2, 2, 1, 16)],
-                         ids=["items-per-head", "key-chunks", "decode-step"])
-def test_one_parallel_region_per_call(batch, kv_heads, length, block):
-    """Forward and backward each open exactly one parallel region: bounds, finiteness checks, delta, zeroing
-    and the chunked dq/db reductions all happen inside the work items (on a busy machine every barrier costs a
-    scheduler time slice, REFERENCE and docs/PERFORMANCE.md)."""
+@pytest.mark.parametrize("batch, kv_heads, length, keys, regions",
+                         [(1, 8, 64, 96, 1), (1, 1, 512, 512, 1), (2, 2, 1, 96, 0), (1, 1, 40, 40, 0)],
+                         ids=["items-per-head", "key-chunks", "decode-step-serial", "small-serial"])
+def test_one_parallel_region_per_call(batch, kv_heads, length, keys, regions):
+    """Forward and backward each open at most one parallel region: bounds, finiteness checks, delta, zeroing and
+    the chunked dq/db reductions all happen inside the work items (beside busy processes every barrier costs a
+    scheduler time slice, docs/PERFORMANCE.md); calls of under ~1M flops (a small model's decoding step) open
+    none and run on the calling thread."""
     ops = native.load_kernels()
     assert ops is not None, "the fused CPU kernel did not build"
     gen = torch.Generator().manual_seed(3)
     H, D = 2 * kv_heads, 16
     q = torch.randn(batch, H, length, D, generator=gen, requires_grad=True)
-    k, v = (torch.randn(batch, kv_heads, 96, D, generator=gen, requires_grad=True) for _ in range(2))
+    k, v = (torch.randn(batch, kv_heads, keys, D, generator=gen, requires_grad=True) for _ in range(2))
     b = torch.full((H,), 0.8, requires_grad=True)
     n = torch.full((H,), 1.5, requires_grad=True)
-    before = ops.parallel_regions()
-    out = blockwise_attention(q, k, v, b, n, is_causal=length > 1, block_size=block)
-    assert ops.parallel_regions() - before == 1
-    out.square().sum().backward()
-    assert ops.parallel_regions() - before == 2
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        before = ops.parallel_regions()
+        out = blockwise_attention(q, k, v, b, n, is_causal=length == keys, block_size=16)
+        assert ops.parallel_regions() - before == regions
+        out.square().sum().backward()
+        assert ops.parallel_regions() - before == 2 * regions
+    finally:
+        torch.set_num_threads(threads)
     assert all(t.grad is not None and t.grad.isfinite().all() for t in (q, k, v, b, n))
     # and no other region: the counted helper is the source's only at::parallel_for
     source = native_math.MATH_SOURCE + native_kernels.KERNEL_SOURCE
