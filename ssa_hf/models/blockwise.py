@@ -371,8 +371,8 @@ def run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q=BLOCK
             mask = mask.contiguous()
     # Eager calls that need no gradient (decoding, evaluation) skip the custom op's dispatch (tens of microseconds
     # a call, as much as a small model's decoding step spends in the kernel); torch.compile, torch.export and
-    # autograd go through the op.
-    direct = not torch.compiler.is_compiling() and not (
+    # autograd go through the op, and so do tensor subclasses (fake tensors, DTensor), which need its fake kernel.
+    direct = type(query) is Tensor and not torch.compiler.is_compiling() and not (
         torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value, b, n)))
     run = _forward if direct else attention_forward
     out, _ = run(query, key, value, b, n, mask, bool(is_causal), scale, block_q, block_k)

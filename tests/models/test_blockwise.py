@@ -381,3 +381,20 @@ def test_empty_sequences():
     assert out.shape == (2, 2, 4, 8) and torch.all(out == 0)
     out.sum().backward()
     assert torch.all(q.grad == 0)
+
+
+def test_no_grad_calls_skip_the_op_and_give_its_result():
+    """Eager calls without gradients run the op's implementation directly (no custom-op dispatch); the result is
+    the op's, and fake tensors (no-grad too) still go through the op and its fake kernel."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    q, k, v, b, n = _inputs(1, 4, 2, 24, 24, 8, seed=4)
+    with torch.no_grad():
+        direct = blockwise_attention(q, k, v, b, n, is_causal=True)
+    via_op, _ = bw.attention_forward(q, k, v, b, n, None, True, 8 ** -0.5, bw.BLOCK_Q, bw.BLOCK_K)
+    assert torch.equal(direct, via_op)
+    with FakeTensorMode():
+        fq, fk, fv = torch.randn(1, 4, 24, 8), torch.randn(1, 2, 24, 8), torch.randn(1, 2, 24, 8)
+        with torch.no_grad():
+            out = blockwise_attention(fq, fk, fv, torch.ones(4), torch.ones(4), is_causal=True)
+    assert type(out).__name__ == "FakeTensor" and out.shape == (1, 4, 24, 8)
