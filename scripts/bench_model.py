@@ -47,14 +47,10 @@ def build(preset: str, scoring: str, implementation: str, max_length: int):
 
     from ssa_hf.presets import build_model, load_model_config
 
-    from ssa_hf.models.attention import IMPLEMENTATIONS
+    from ssa_hf.models.attention import own_implementation_overrides
 
     torch.manual_seed(0)
-    overrides = {"attention_scoring": scoring}
-    if implementation not in IMPLEMENTATIONS:
-        # transformers' own implementation (PyTorch's SDPA): ssa-hf models map its standard names onto their own
-        # attention unless the config's aliases are emptied, which only a softmax model may run
-        overrides["attn_implementation_aliases"] = {}
+    overrides = {"attention_scoring": scoring, **own_implementation_overrides(implementation)}
     config = load_model_config(preset)
     if getattr(config, "max_position_embeddings", 0) < max_length:
         overrides["max_position_embeddings"] = max_length

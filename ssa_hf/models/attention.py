@@ -32,12 +32,19 @@ from .parameters import is_real
 from .scoring import ScoringModule, get_scoring_function
 
 __all__ = ["BACKENDS", "BACKEND_NAMES", "DEFAULT_IMPLEMENTATION", "IMPLEMENTATIONS", "choose_backend",
-           "make_transformers_attention", "register_with_transformers", "scored_attention", "ssa_attention",
+           "own_implementation_overrides", "make_transformers_attention", "register_with_transformers", "scored_attention", "ssa_attention",
            "supported_backends"]
 
 # attn_implementation names registered with transformers -> backend (None: chosen per call)
 IMPLEMENTATIONS = {"ssa_auto": None, **{f"ssa_{name}": name for name in BACKEND_NAMES}}
 DEFAULT_IMPLEMENTATION = "ssa_auto"
+
+
+def own_implementation_overrides(implementation: str | None) -> dict:
+    """Config overrides under which `attn_implementation=implementation` runs transformers' own implementation
+    (e.g. PyTorch's SDPA for a softmax baseline): ssa-hf models map the standard names onto their own attention
+    unless the config's aliases are emptied, which only softmax models accept. Empty for ssa-hf's names."""
+    return {} if not implementation or implementation in IMPLEMENTATIONS else {"attn_implementation_aliases": {}}
 
 # --------------------------------------------------------------------------------------------------
 # Functional API

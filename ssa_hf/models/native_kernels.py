@@ -177,8 +177,11 @@ struct Backward {
     std::fill(dv + (bhk * P.Lk + j0k) * P.Dv, dv + (bhk * P.Lk + j1k) * P.Dv, 0.0f);
     float* dqc = dqp + (c * P.B * P.H + bi * P.H + hk * P.G) * P.Lq * P.D;
     std::fill(dqc, dqc + P.G * P.Lq * P.D, 0.0f);
-    if (prepare(bi, hk, j0k, j1k, istart0, w.delta.data())) run(c, bi, hk, jb0, jb1, w);
-    else *nonfinite = true;
+    // a chunk past the last key block (chunks * per > nkb) only zeroes and counts
+    if (jb0 < jb1) {
+      if (prepare(bi, hk, j0k, j1k, istart0, w.delta.data())) run(c, bi, hk, jb0, jb1, w);
+      else *nonfinite = true;
+    }
     // the last chunk of this (batch, kv head) to finish sums the partial dq and q . dq (acq_rel: it sees the
     // others' writes)
     if (done[bhk].fetch_add(1, std::memory_order_acq_rel) + 1 == chunks && !nonfinite->load()) finish(bi, hk);

@@ -79,7 +79,7 @@ def _tokens_per_second(history: list[dict[str, Any]], warmup: int) -> float:
 
 
 def benchmark_training(bench: BenchConfig, output_dir: str | None = None) -> BenchResult:
-    from ..models.attention import IMPLEMENTATIONS
+    from ..models.attention import own_implementation_overrides
     from .config import load_config
     from .loop import pretrain
 
@@ -100,10 +100,7 @@ def benchmark_training(bench: BenchConfig, output_dir: str | None = None) -> Ben
                     "report_to": ["none"],
                     "model.attention_scoring": scoring,
                     **({"model.attn_implementation": implementation} if implementation else {}),
-                    # transformers' own implementation (PyTorch's SDPA) for a softmax baseline: ssa-hf models map
-                    # the standard names onto their own attention unless the config's aliases are emptied
-                    **({"model.overrides.attn_implementation_aliases": {}}
-                       if implementation and implementation not in IMPLEMENTATIONS else {}),
+                    **{f"model.overrides.{k}": v for k, v in own_implementation_overrides(implementation).items()},
                     **bench.overrides,
                 }
                 result = pretrain(load_config(bench.config, overrides))
