@@ -35,6 +35,40 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     return path
 
 
+class LinkOutsideError(ValueError):
+    """A folder ssa-hf writes (or publishes) holds a symbolic link that leads out of it."""
+
+
+def links_leaving(folder: str | os.PathLike) -> list[tuple[Path, str]]:
+    """Every symbolic link under `folder` (walked without following links) whose target lies outside `folder`
+    , as (link, target), in walk order."""
+    root = Path(folder).resolve()
+    found = []
+    for parent, dirs, files in os.walk(root, followlinks=False):
+        for name in sorted(dirs + files):
+            path = Path(parent) / name
+            if path.is_symlink():
+                target = os.path.realpath(path)
+                if not Path(target).is_relative_to(root):
+                    found.append((path, target))
+    return found
+
+
+def refuse_links_out(folder: str | os.PathLike, what: str = "output folder") -> None:
+    """Raise LinkOutsideError naming every link that leads out of `folder` (nothing is written through such a
+    link: a symlinked `final/` or checkpoint would have the files it points at replaced)."""
+    if not Path(folder).is_dir():
+        return
+    found = links_leaving(folder)
+    if found:
+        listed = "; ".join(f"{link} -> {target}" for link, target in found[:5])
+        more = f" (and {len(found) - 5} more)" if len(found) > 5 else ""
+        raise LinkOutsideError(
+            f"the {what} {folder} holds {len(found)} symbolic link(s) leading out of it: {listed}{more}. ssa-hf never "
+            "writes or reads through a link out of a folder it writes; replace each link by a real file or folder, "
+            "or remove it")
+
+
 class DestinationExistsError(FileExistsError, ValueError):
     """The destination folder exists and overwriting was not asked for (a ValueError too, so the CLI reports it)."""
 
@@ -56,7 +90,11 @@ def atomic_folder(destination: str | os.PathLike, overwrite: bool = False) -> It
     (the old folder, if `overwrite`, is moved to `.<name>.old` and removed once the new one is in place, so a stop
     between the two renames leaves it there to be found). On any error the temporary folder is removed and
     nothing else changes; a full disk is reported as a NoSpaceError naming the folder."""
-    destination = Path(destination).resolve()
+    destination = Path(destination)
+    destination = destination.parent.resolve() / destination.name  # (the last part itself is never followed)
+    if destination.is_symlink():
+        raise LinkOutsideError(f"{destination} is a symbolic link (to {os.path.realpath(destination)}); ssa-hf "
+                               "replaces folders, never what a link points at: remove the link or write elsewhere")
     if destination.exists() and not overwrite:
         raise DestinationExistsError(f"{destination} already exists; remove it or pass overwrite=True (--overwrite)")
     destination.parent.mkdir(parents=True, exist_ok=True)

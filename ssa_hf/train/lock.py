@@ -15,7 +15,7 @@ import socket
 import sys
 from pathlib import Path
 
-from ..reporting import atomic_write_json
+from ..reporting import atomic_write_json, refuse_links_out
 
 LOCK_FILE = "run.lock"
 OWNER_FILE = "run.lock.json"
@@ -55,6 +55,7 @@ class RunLock:
 
         if self.folder.exists() and not self.folder.is_dir():
             raise ValueError(f"output folder {self.folder} is a file, not a folder; give a folder path (or move the file)")
+        refuse_links_out(self.folder, f"{self.purpose} folder")  # before the lock file is opened (truncated) there
         self.folder.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(self.folder / LOCK_FILE), timeout=0)
         try:
