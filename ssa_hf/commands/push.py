@@ -25,6 +25,8 @@ class PushOptions:
     commit_message: commit message.
     dry_run: check the folder and render the card, list what would be uploaded, contact nothing.
     refresh_card: render README.md again (with the repo id).
+    refresh_code: replace the folder's remote-code *.py by the installed ssa-hf's (a push refuses files that differ).
+    follow_links: upload the content of links that lead out of the folder (named first; refused without it).
     training: JSON/YAML file with training information for the card.
     evaluation: JSON/YAML file with evaluation results (ssa-hf list or lm-eval's results JSON).
     base_preset: ssa-hf preset the model was built from.
@@ -40,6 +42,8 @@ class PushOptions:
     commit_message: str | None = None
     dry_run: bool = False
     refresh_card: bool = False
+    refresh_code: bool = False
+    follow_links: bool = False
     training: str | None = field(default=None, metadata={"metavar": "FILE"})
     evaluation: str | None = field(default=None, metadata={"metavar": "FILE"})
     base_preset: str | None = None
@@ -80,8 +84,16 @@ def run(args) -> int:
     except Exception as error:  # anything else: never let a token reach the terminal either
         print(f"ssa-hf push: error: {type(error).__name__}: {_redact(str(error), _secrets(args))}", file=sys.stderr)
         return 1
+    from .. import __version__
+
     if result.card_rendered:
         print(f"rendered the model card: {result.folder}/README.md")
+    if result.refreshed_code:
+        print(f"replaced by the installed ssa-hf {__version__}'s files: {', '.join(result.refreshed_code)}")
+    for link in result.linked:
+        print(f"uploading the content of a link out of the folder (--follow-links): {link}")
+    print(f"remote code ({len(result.code_files)} *.py, identical to the installed ssa-hf {__version__}'s): "
+          + (", ".join(result.code_files) or "none"))
     if result.dry_run:
         print(f"dry run: would upload {len(result.files)} files to {result.repo_id}:")
         for name in result.files:

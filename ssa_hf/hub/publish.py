@@ -11,12 +11,12 @@ import json
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from ..models.families import FAMILIES
-from ..reporting import atomic_folder, atomic_write_bytes
+from ..reporting import atomic_folder, atomic_write_bytes, links_leaving
 from .cards import CARD_INPUTS_FILE, REPO_ID_PLACEHOLDER, validate_model_card, write_model_card
 from .folders import family_spec, read_config_json, weight_files
 
@@ -57,6 +57,9 @@ class PushResult:
     dry_run: bool
     url: str | None = None
     commit_url: str | None = None
+    code_files: list[str] = field(default_factory=list)  # the *.py uploaded (identical to the installed ones)
+    refreshed_code: list[str] = field(default_factory=list)  # replaced by the installed files (refresh_code)
+    linked: list[str] = field(default_factory=list)  # "name -> target" of links whose content is uploaded
 
 
 def _relative_imports(path: Path) -> set[str]:
@@ -92,6 +95,94 @@ def check_checkpoint_folder(folder: str | os.PathLike) -> dict:
                              f"again with save_pretrained after `import ssa_hf`")
         todo |= _relative_imports(path) - seen
     return raw
+
+
+def _remote_code_modules(folder: Path, raw: dict, code_dir: Path) -> set[str]:
+    """The modules the folder's config.json and tokenizer_config.json name (auto_map), with every sibling they
+    import, followed through the files of `code_dir`."""
+    refs = [ref for ref in (raw.get("auto_map") or {}).values() if isinstance(ref, str)]
+    tokenizer_config = folder / "tokenizer_config.json"
+    if tokenizer_config.is_file():
+        try:
+            auto_map = json.loads(tokenizer_config.read_text(encoding="utf-8")).get("auto_map") or {}
+        except (ValueError, AttributeError):
+            auto_map = {}
+        for value in auto_map.values() if isinstance(auto_map, dict) else []:
+            refs += [ref for ref in (value if isinstance(value, list) else [value]) if isinstance(ref, str)]
+    todo = {ref.split(".")[0] for ref in refs}
+    seen: set[str] = set()
+    while todo:
+        module = todo.pop()
+        seen.add(module)
+        if (code_dir / f"{module}.py").is_file():
+            todo |= _relative_imports(code_dir / f"{module}.py") - seen
+    return seen
+
+
+def installed_code_dir() -> Path:
+    """The installed package's remote-code unit (ssa_hf/models): what a pushed folder's *.py must be."""
+    from .. import models
+
+    return Path(models.__file__).parent
+
+
+def refresh_remote_code(folder: str | os.PathLike) -> list[str]:
+    """Write the installed package's remote-code files (every module auto_map names, with its siblings) into
+    `folder` where they are missing or differ; returns the names written."""
+    folder = Path(folder)
+    installed = installed_code_dir()
+    written = []
+    for module in sorted(_remote_code_modules(folder, read_config_json(folder), installed)):
+        source = installed / f"{module}.py"
+        target = folder / f"{module}.py"
+        if source.is_file() and (target.is_symlink() or not target.is_file() or target.read_bytes() != source.read_bytes()):
+            target.unlink(missing_ok=True)  # (a link is replaced, never written through)
+            atomic_write_bytes(target, source.read_bytes())
+            written.append(target.name)
+    return written
+
+
+def check_remote_code(folder: Path, files: Sequence[str]) -> list[str]:
+    """The *.py among `files`, each byte-identical to the installed package's file of that name; a file the
+    package does not have, or one that differs, is refused (it would reach everyone who loads the pushed
+    repository with trust_remote_code=True)."""
+    from .. import __version__
+
+    installed = installed_code_dir()
+    code = [name for name in files if name.endswith(".py")]
+    foreign = [name for name in code if "/" in name or not (installed / name).is_file()]
+    if foreign:
+        raise ValueError(
+            f"{folder}: {', '.join(foreign)} {'is' if len(foreign) == 1 else 'are'} not among the installed ssa-hf "
+            f"{__version__}'s remote-code files: pushing would publish code ssa-hf does not vouch for, run by everyone "
+            "who loads the repository with trust_remote_code=True. Remove it from the folder (or add it to "
+            "ignore_patterns)")
+    differ = [name for name in code if (folder / name).read_bytes() != (installed / name).read_bytes()]
+    if differ:
+        raise ValueError(
+            f"{folder}: the remote-code file(s) {', '.join(differ)} differ from the installed ssa-hf {__version__}'s: "
+            "pushing them would publish code ssa-hf does not vouch for. Pass --refresh-code (refresh_code=True) to "
+            "replace them by the installed files, or save the folder again with this ssa-hf")
+    return code
+
+
+def _links_out(folder: Path, files: Sequence[str], follow_links: bool) -> list[str]:
+    """Links among the files to upload (and linked folders) that lead out of `folder`: refused, or with
+    `follow_links` (files only) named as "name -> target" and uploaded with the target's content."""
+    found = []
+    for link, target in links_leaving(folder):
+        name = link.relative_to(folder.resolve()).as_posix()
+        if link.is_dir():
+            raise ValueError(f"{folder}: {name} is a link to the folder {target}, outside the folder to push; copy "
+                             "that folder in (or remove the link)")
+        if name in files:
+            found.append(f"{name} -> {target}")
+    if found and not follow_links:
+        raise ValueError(
+            f"{folder}: {', '.join(found)}: link(s) leading out of the folder; pushing would upload what they point "
+            "at (a link to a credentials file would be published). Replace each link by a copy, remove it, or pass "
+            "--follow-links (follow_links=True) to upload the targets' content")
+    return found
 
 
 def _files_to_upload(folder: Path, ignore_patterns: Sequence[str]) -> list[str]:
@@ -183,6 +274,8 @@ def push_to_hub(
     refresh_card: bool = False,
     validate_online: bool = True,
     dry_run: bool = False,
+    refresh_code: bool = False,
+    follow_links: bool = False,
     ignore_patterns: Sequence[str] = DEFAULT_IGNORE_PATTERNS,
     **card_kwargs,
 ) -> PushResult:
@@ -194,6 +287,9 @@ def push_to_hub(
     checked offline; before uploading, the Hub validates it (`ModelCard.validate`, skipped with
     validate_online=False). The token comes from `token`, else HF_TOKEN or the stored login; it is never printed.
     `dry_run` does everything except contacting the Hub and returns the files that would be uploaded.
+    Only code the installed package vouches for is published: every *.py uploaded must be byte-identical to the
+    installed ssa-hf's file of that name (`refresh_code` first writes the installed files into the folder).
+    A link leading out of the folder is refused (`follow_links`: its target's content is uploaded, and named).
     A push that fails leaves the folder as it was (a card rendered for it is taken back) and raises `PushError`
     (Hub and network failures, with what to do) or ValueError (refused before contacting the Hub).
     """
@@ -202,12 +298,20 @@ def push_to_hub(
     folder = Path(folder)
     if not re.fullmatch(r"[\w.\-]+/[\w.\-]+|[\w.\-]+", repo_id or ""):
         raise ValueError(f"repo_id {repo_id!r} is not a Hub repository id (namespace/name)")
-    check_checkpoint_folder(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"checkpoint folder {str(folder)!r} does not exist")
     card_kwargs = {k: v for k, v in card_kwargs.items() if v is not None}
-    with _restored_on_failure([folder / "README.md", folder / CARD_INPUTS_FILE]):
+    code = [folder / f"{m}.py" for m in _remote_code_modules(folder, read_config_json(folder), installed_code_dir())]
+    with _restored_on_failure([folder / "README.md", folder / CARD_INPUTS_FILE] + (code if refresh_code else [])):
+        refreshed = refresh_remote_code(folder) if refresh_code else []
+        check_checkpoint_folder(folder)
+        files = _files_to_upload(folder, ignore_patterns)
+        linked = _links_out(folder, files, follow_links)
+        code_files = check_remote_code(folder, files)
         card, rendered = _card_for_push(folder, repo_id, refresh_card, card_kwargs)
-        result = PushResult(repo_id=repo_id, folder=str(folder.resolve()), files=_files_to_upload(folder, ignore_patterns),
-                            card_rendered=rendered, dry_run=dry_run)
+        files = _files_to_upload(folder, ignore_patterns)  # (with the card, if it was rendered)
+        result = PushResult(repo_id=repo_id, folder=str(folder.resolve()), files=files, card_rendered=rendered,
+                            dry_run=dry_run, code_files=code_files, refreshed_code=refreshed, linked=linked)
         if dry_run:
             return result
         if constants.HF_HUB_OFFLINE:
