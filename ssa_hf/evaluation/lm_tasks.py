@@ -35,14 +35,16 @@ files by split, any field overrides, and the record check).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..data.sources import iter_jsonl_records, iter_lines
-from ..reporting import atomic_write_bytes
+from ..reporting import atomic_write_bytes, atomic_write_json
 from .config import did_you_mean
 
 #: The tag every local task carries: `--tasks ssa_hf_local` runs all of them.
@@ -390,9 +392,48 @@ def hub_task_config(task: LocalTask) -> dict[str, Any]:
     }
 
 
+TASKS_MANIFEST = "ssa_hf_tasks.json"  # the files ssa-hf wrote into a task folder, with their sha256
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def fresh_task_folder(folder: Path) -> Path:
+    """An empty folder for this run's task files. lm-eval indexes every YAML under its include path (and runs the
+    `!function` code they name), so a folder holding anything ssa-hf did not write there is refused; one holding
+    only what an earlier run wrote (listed in its manifest, hashes matching) is emptied."""
+    if folder.is_symlink():
+        raise ValueError(f"task folder {folder} is a symbolic link; ssa-hf writes its lm-eval tasks only into a real "
+                         "folder it creates: remove the link or use another output folder")
+    if folder.exists():
+        if not folder.is_dir():
+            raise ValueError(f"task folder {folder} is a file; remove it or use another output folder")
+        try:
+            written = json.loads((folder / TASKS_MANIFEST).read_text(encoding="utf-8"))["files"]
+        except (OSError, ValueError, KeyError, TypeError):
+            written = {}
+        foreign = []
+        for path in sorted(folder.rglob("*")):
+            name = path.relative_to(folder).as_posix()
+            if path.is_symlink() or (path.is_file() and name != TASKS_MANIFEST
+                                     and (not isinstance(written, dict) or written.get(name) != _digest(path))):
+                foreign.append(name)
+        if foreign:
+            listed = ", ".join(foreign[:5]) + (f" (and {len(foreign) - 5} more)" if len(foreign) > 5 else "")
+            raise ValueError(
+                f"task folder {folder} holds files ssa-hf did not write there ({listed}): lm-eval would index them "
+                "as tasks, and run the code they name. Remove them (or the folder), or use another output folder")
+        for child in folder.iterdir():
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def write_local_tasks(data_dir: str | Path, folder: str | Path, tasks: list[str] | None = None) -> Path:
     """Write local task YAMLs for `tasks` (default: every task in LOCAL_TASKS) into `folder`; returns the folder,
-    ready for `TaskManager(include_path=folder)` or `lm_eval --include_path folder`. A task that ../shared/data does
+    ready for `TaskManager(include_path=folder)` or `lm_eval --include_path folder`. The folder is made empty
+    first (`fresh_task_folder`): the TaskManager indexes only what this call wrote. A task that ../shared/data does
     not hold (winogrande, copa) reads its local copy when `data_dir` has one, else the Hub: offline that is a
     ValueError saying what to do."""
     import yaml
@@ -410,8 +451,8 @@ def write_local_tasks(data_dir: str | Path, folder: str | Path, tasks: list[str]
         names = [n for n in names if n not in from_hub]
         from_hub = []
     check_hub_tasks(from_hub, data_dir)
-    folder = Path(folder).expanduser().resolve()
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = Path(folder).expanduser()
+    folder = fresh_task_folder(folder.parent.resolve() / folder.name)
     for name in names:
         if name in from_hub:
             config = hub_task_config(LOCAL_TASKS[name])
@@ -421,6 +462,8 @@ def write_local_tasks(data_dir: str | Path, folder: str | Path, tasks: list[str]
             header = "# written by ssa-hf: lm-eval's stock task, reading local files\n"
         text = header + yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
         atomic_write_bytes(folder / f"{name}.yaml", text.encode())
+    files = {p.relative_to(folder).as_posix(): _digest(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+    atomic_write_json(folder / TASKS_MANIFEST, {"written_by": "ssa-hf eval", "files": files})
     return folder
 
 

@@ -134,3 +134,34 @@ def test_commands_offer_the_flag_and_default_to_off():
 
     args = full_parser().parse_args(["--trust-remote-code"])
     assert args.trust_remote_code == "true"
+
+
+PLANTED_TASK = """task: arc_easy
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: multiple_choice
+doc_to_text: !function planted.doc_to_text
+doc_to_target: 0
+doc_to_choice: ["a", "b"]
+"""
+
+
+def test_eval_never_indexes_task_files_it_did_not_write(real_checkpoints, inputs, marker, tmp_path, capsys):
+    """A planted YAML (with a `!function` and its .py) in OUT/lm_eval_tasks must not be indexed by lm-eval: it
+    would win over ssa-hf's task and its code would run. The folder is refused; a rerun over ssa-hf's own files
+    works."""
+    from .conftest import plant_code
+
+    argv = command("eval", real_checkpoints["causal"], inputs, tmp_path)
+    tasks = tmp_path / "out_eval" / "lm_eval_tasks"
+    assert main(argv) == 0 and main(argv) == 0  # a rerun empties and rewrites ssa-hf's own task folder
+    capsys.readouterr()
+    plant_code(tasks, marker)
+    (tasks / "planted_arc.yaml").write_text(PLANTED_TASK.format(data=tasks / "x.jsonl"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "did not write there" in err and "planted_arc.yaml" in err and "planted.py" in err
+    assert not marker.exists(), "a planted task file's code ran"
