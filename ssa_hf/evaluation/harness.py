@@ -182,6 +182,7 @@ def data_kind(tasks: dict[str, dict[str, Any]]) -> str:
 
 def load_lm(config: EvalConfig, model: str):
     """The `ssa-hf` lm-eval model for `model`, or a ValueError that says why it cannot be loaded."""
+    from ..hub.folders import PickledWeightsError
     from .lm_eval_model import SSAHFLM, MaskedLMError
 
     kwargs = dict(config.model_args)
@@ -198,7 +199,7 @@ def load_lm(config: EvalConfig, model: str):
             trust_remote_code=config.trust_remote_code,
             **kwargs,
         )
-    except MaskedLMError:
+    except (MaskedLMError, PickledWeightsError):
         raise
     except (OSError, ValueError, ImportError) as error:
         raise ValueError(

@@ -19,6 +19,8 @@ from lm_eval.models.huggingface import HFLM
 
 import ssa_hf  # noqa: F401  (registers the ssa-hf configs and models with transformers' Auto classes)
 
+from ..hub.folders import safe_weights_kwargs
+
 LM_EVAL_MODEL_NAME = "ssa-hf"
 
 
@@ -60,6 +62,8 @@ class SSAHFLM(HFLM):
         if not isinstance(pretrained, str):
             if is_masked_lm_config(pretrained.config):
                 raise _masked_lm_error(type(pretrained).__name__, pretrained.config)
+        else:  # (no pickled weights opened unless asked)
+            kwargs.update(safe_weights_kwargs(pretrained, kwargs.get("trust_remote_code", False)))
         super().__init__(pretrained=pretrained, device=device, backend=backend, **kwargs)
 
     def _get_config(self, pretrained, *args, **kwargs):

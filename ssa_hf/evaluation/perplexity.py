@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.sources import TextSource, iter_texts
+from ..hub.folders import safe_weights_kwargs
 from ..reporting import OutputDir, markdown_table
 from .config import PerplexityConfig
 
@@ -211,6 +212,7 @@ def evaluate_perplexity(model_path: str, data: str | list[str] | None = None, *,
     if not Path(model_path).is_dir() and not Path(model_path).exists() and "/" not in str(model_path):
         raise FileNotFoundError(f"model folder {model_path!r} does not exist")
     trust = config.trust_remote_code
+    safe_weights_kwargs(model_path, trust)  # (a folder of pickled weights: one line, before any other work)
     model_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust)
     architectures = getattr(model_config, "architectures", None) or []
     if architectures and not any(a.endswith("ForCausalLM") for a in architectures):
@@ -225,7 +227,8 @@ def evaluate_perplexity(model_path: str, data: str | list[str] | None = None, *,
 
     device = resolve_device(config.device)
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype, trust_remote_code=trust).to(device)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype, trust_remote_code=trust,
+                                                 **safe_weights_kwargs(model_path, trust)).to(device)
     results = []
     for texts, description in sources:
         stream, documents = corpus_token_stream(tokenizer, texts, progress=progress)

@@ -296,6 +296,7 @@ def load_probe_model(config: ProbeConfig, model: str):
     import ssa_hf  # noqa: F401  (registers the ssa-hf model classes)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
+    from ..hub.folders import safe_weights_kwargs
     from .lm_eval_model import is_masked_lm_config
 
     hint = " (a checkpoint folder needs config.json, weights and a tokenizer; a Hub id needs network access or a cached copy)"
@@ -312,7 +313,8 @@ def load_probe_model(config: ProbeConfig, model: str):
         kind = "mlm" if is_masked_lm_config(model_config) else "causal"
     auto_class = AutoModelForMaskedLM if kind == "mlm" else AutoModelForCausalLM
     dtype = config.dtype if config.dtype == "auto" else getattr(torch, check_dtype(config.dtype))
-    kwargs: dict[str, Any] = {"trust_remote_code": config.trust_remote_code, "dtype": dtype}
+    kwargs: dict[str, Any] = {"trust_remote_code": config.trust_remote_code, "dtype": dtype,
+                              **safe_weights_kwargs(model, config.trust_remote_code)}
     if config.attn_implementation:
         kwargs["attn_implementation"] = config.attn_implementation
     try:

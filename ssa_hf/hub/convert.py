@@ -20,7 +20,7 @@ from ..presets import check_config_fields, config_field_names
 from ..reporting import DestinationExistsError, atomic_folder, atomic_write_json
 from ..models.settings import OLD_NAMES
 from .cards import SCORING_FIELDS, scoring_settings, write_model_card
-from .folders import read_config_json
+from .folders import read_config_json, safe_weights_kwargs
 
 logger = logging.getLogger("ssa_hf.hub")
 
@@ -184,11 +184,12 @@ def _read_source(src: Path) -> _Source:
         raise ConversionError(f"{src}: architectures {found} is not supported for {model_type}; "
                               f"supported: {sorted(architectures)}")
     source = _Source(raw, model_type, found[0], architectures[found[0]], spec)
+    safe = safe_weights_kwargs(src, flag=None)  # a pickle (pytorch_model.bin) is never opened
     if source.is_ssa:
-        source.model = spec.model_class(source.task).from_pretrained(src, dtype=torch.float32)
+        source.model = spec.model_class(source.task).from_pretrained(src, dtype=torch.float32, **safe)
     else:
         source.model = getattr(transformers, source.architecture).from_pretrained(
-            src, dtype=torch.float32, attn_implementation="eager")
+            src, dtype=torch.float32, attn_implementation="eager", **safe)
     source.model.eval()
     return source
 

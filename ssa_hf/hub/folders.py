@@ -45,6 +45,31 @@ def read_config_json(folder: Path) -> dict:
         raise ValueError(f"{path}: not valid JSON: {error}") from None
 
 
+PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+
+
+class PickledWeightsError(ValueError):
+    """A model folder's weights exist only as pickle files, which are not opened unless the user asks."""
+
+
+def safe_weights_kwargs(model: str | os.PathLike, trust_remote_code: bool = False, flag: str | None = "--trust-remote-code") -> dict:
+    """What every loader of a model passes to `from_pretrained`: `use_safetensors=True` unless the user asked
+    (`trust_remote_code`), so that a pickle file (pytorch_model.bin: unpickling can run code) is never opened. A
+    local folder holding only pickled weights gets one line instead of transformers' traceback."""
+    if trust_remote_code:
+        return {}
+    folder = Path(model)
+    if folder.is_dir() and not any(folder.glob("*.safetensors")):
+        pickled = sorted(p.name for pattern in PICKLED_WEIGHTS for p in folder.glob(pattern))
+        if pickled:
+            ask = f", or pass {flag} if you trust this folder's files" if flag else ""
+            raise PickledWeightsError(
+                f"{folder}: safetensors expected, found only {', '.join(pickled[:3])} (pickle files, which can run code "
+                f"when loaded; ssa-hf does not open them): save the model again with save_pretrained (safetensors) "
+                f"where you trust it{ask}")
+    return {"use_safetensors": True}
+
+
 def load_ssa_config(folder: str | os.PathLike):
     """The config (SSALlamaConfig, SSABertConfig, ...) of a checkpoint folder (no remote code is run)."""
     folder = Path(folder)
