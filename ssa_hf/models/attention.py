@@ -28,8 +28,8 @@ from torch import Tensor
 from .backends import BACKEND_NAMES, BACKENDS, AttentionCall, choose_backend, dispatch, supported_backends
 from .linear import as_4d
 from .mixture import Group, module_groups, run_groups
-from .parameters import is_real
-from .scoring import ScoringModule, get_scoring_function
+from .parameters import closest_name, is_real
+from .scoring import ALL_SCORING_FUNCTIONS, ScoringModule, get_scoring_function
 
 __all__ = ["BACKENDS", "BACKEND_NAMES", "DEFAULT_IMPLEMENTATION", "IMPLEMENTATIONS", "choose_backend",
            "own_implementation_overrides", "make_transformers_attention", "register_with_transformers", "scored_attention", "ssa_attention",
@@ -206,12 +206,28 @@ def _head_params(name: str, given: dict, heads: int, query, key) -> dict[str, Te
     """The parameters of `name` as [heads] tensors on the query's device; a missing one is refused (unless the
     function runs without it, or has a call default such as CosFormer's m = max(Lq, Lk))."""
     spec = get_scoring_function(name)
+    _check_param_names(spec, given)
     if getattr(spec, "kind", "rowwise") == "linear":
         given = {**spec.default_params(query.shape[2], key.shape[2]), **given}
     missing = [p.name for p in spec.parameters if p.name not in given and not p.optional]
     if missing:
         raise ValueError(f"scoring {spec.name!r} needs parameters {list(spec.parameter_names)}; missing {missing}")
     return {p: _as_head_tensor(given[p], heads, p, query.device, positive=True) for p in spec.parameter_names if p in given}
+
+
+def _check_param_names(spec, given: dict) -> None:
+    """Strict names: a key the function does not take (a typo, or another function's parameter) is an error
+    naming the valid ones, never ignored."""
+    for key in given:
+        if key in spec.parameter_names:
+            continue
+        owners = [n for n, f in ALL_SCORING_FUNCTIONS.items() if key in f.parameter_names]
+        valid = f"takes the parameters {list(spec.parameter_names)}" if spec.parameter_names else "takes no parameters"
+        hint = (f" ({key!r} is a parameter of {', '.join(owners)})" if owners else "")
+        same_letters = [n for n in spec.parameter_names if n.lower() == str(key).lower()]
+        close = (f"; did you mean {same_letters[0]!r}?" if same_letters
+                 else closest_name(key, spec.parameter_names) if spec.parameter_names else ".")
+        raise ValueError(f"params: scoring {spec.name!r} {valid}; got {key!r}{hint}{close}")
 
 
 def _checked_mask(attn_mask: Tensor, query, key) -> Tensor:

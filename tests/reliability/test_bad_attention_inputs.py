@@ -129,3 +129,22 @@ def test_supported_dtypes_run(dtype):
     q, k, v = qkv(dtype)
     out = ssa_attention(q, k, v, 1.0, 1.5, backend="eager")
     assert out.dtype == dtype and out.isfinite().all()
+
+
+# (scoring, params, message): strict names, never an ignored key
+BAD_NAMES = [
+    ("ssa", {"b": 1.0, "n": 1.5, "nn": 3.0}, r"'ssa' takes the parameters \['b', 'n'\]; got 'nn'; did you mean 'n'\?"),
+    ("sigmoid", {"lenght": 1000.0}, r"'sigmoid' takes the parameters \['length'\]; got 'lenght'; did you mean 'length'"),
+    ("cosformer", {"M": 4.0}, r"'cosformer' takes the parameters \['m'\]; got 'M'; did you mean 'm'"),
+    ("softmax", {"b": 1.0, "n": 1.5}, r"'softmax' takes no parameters; got 'b' \('b' is a parameter of ssa\)"),
+    ("temperature", {"s": 1.0}, r"'temperature' takes the parameters \['t'\]; got 's' \('s' is a parameter of ssmax\)"),
+    (["ssa", "softmax"], {"ssa": {"b": 1.0, "n": 1.5}, "softmax": {"t": 1.0}}, r"'softmax' takes no parameters; got 't'"),
+]
+
+
+@pytest.mark.parametrize("backend", [None, "eager"])
+@pytest.mark.parametrize("scoring,params,message", BAD_NAMES, ids=[f"{s}-{sorted(p)}" for s, p, _ in BAD_NAMES])
+def test_unknown_parameter_names_are_refused(scoring, params, message, backend):
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=message):
+        scored_attention(q, k, v, scoring, params, backend=backend)
