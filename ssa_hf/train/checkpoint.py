@@ -110,6 +110,7 @@ class ResumePoint:
 
     checkpoint: Path | None
     skipped: list[dict[str, str]] = field(default_factory=list)
+    step: int = 0  # the checkpoint's step (set once the resume is checked against the config)
 
 
 def newest_intact_checkpoint(output_dir: str | os.PathLike) -> ResumePoint:

@@ -39,7 +39,8 @@ from .metrics import (
     scoring_values,
     versions,
 )
-from .setup import Run, check_push_settings, make_accelerator, model_config_for, setup_run
+from .resume import finished_run
+from .setup import Run, check_push_settings, make_accelerator, model_config_for, setup_run, start_point
 from .state import NonFiniteError
 from .validation import evaluate
 
@@ -71,7 +72,12 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     lock = RunLock(output_dir, "pretraining run")
     on_main(accelerator, lambda: lock.acquire() and None)
     try:
-        run = setup_run(config, accelerator, output_dir)
+        start = on_main(accelerator, lambda: start_point(config, output_dir))
+        done = on_main(accelerator, lambda: finished_run(config, output_dir, start.checkpoint, start.step))
+        if done is not None:  # a finished run: nothing trained, nothing rewritten
+            return PretrainResult(str(output_dir), str(output_dir / "final"), str(start.checkpoint), start.step, done,
+                                  read_history(output_dir / "log_history.jsonl"))
+        run = setup_run(config, accelerator, output_dir, start)
         report = train(run)
         return finish(run, report)
     finally:

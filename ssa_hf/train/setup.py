@@ -22,6 +22,7 @@ from ..reporting import atomic_write_bytes, remove_stale_temporaries
 from .checkpoint import PATTERN, ResumePoint, checkpoints_dir, load_checkpoint, on_main, resolve_resume
 from .config import ConfigError, PretrainConfig
 from .metrics import flat_hparams, truncate_history
+from .resume import check_resume
 from .validation import prepare_validation
 
 logger = logging.getLogger("ssa_hf.train")
@@ -68,11 +69,11 @@ class Run:
         return self.config.stop_after_steps or self.config.max_steps
 
 
-def setup_run(config: PretrainConfig, accelerator, output_dir: Path) -> Run:
-    """(All processes, the lock held.) The run, ready for its next step: fresh, or restored from a checkpoint."""
+def setup_run(config: PretrainConfig, accelerator, output_dir: Path, start: ResumePoint) -> Run:
+    """(All processes, the lock held.) The run, ready for its next step: fresh, or restored from the checkpoint
+    of `start` (`start_point`)."""
     from accelerate.utils import set_seed
 
-    start = on_main(accelerator, lambda: start_point(config, output_dir))
     set_seed(config.seed)
     with accelerator.main_process_first():
         texts = split_validation(config.data, config.seed)
@@ -147,6 +148,8 @@ def start_point(config: PretrainConfig, output_dir: Path) -> ResumePoint:
     checkpoints removed. Temporary folders of a killed save are removed either way."""
     remove_stale_temporaries(checkpoints_dir(output_dir))
     point = resolve_resume(config.resume, output_dir)
+    if point.checkpoint is not None:
+        point.step = check_resume(config, point.checkpoint)
     if point.checkpoint is None and any(PATTERN.match(p.name) for p in _children(checkpoints_dir(output_dir))):
         if not config.overwrite_output_dir:
             raise ConfigError(
