@@ -151,10 +151,32 @@ def load_model_config(name_or_path: str | os.PathLike, **overrides):
     preset = load_preset(name_or_path)
     check_config_fields(preset.config_class, overrides, where=f"override of preset {preset.name!r}")
     fields = {**preset.config, **overrides}
+    check_sizes(preset.config_class, fields, where=f"preset {preset.name!r}")
     try:
         return preset.config_class(**fields)
     except (TypeError, ValueError) as error:
         raise ValueError(f"preset {preset.name!r}: {error}") from None
+
+
+SIZE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+               "vocab_size", "max_position_embeddings", "head_dim")
+
+
+def check_sizes(config_class, fields: dict[str, Any], where: str) -> None:
+    """Sizes of a model config, before it is built: whole numbers >= 1, query heads dividing the width (unless
+    head_dim is given) and key-value heads dividing the query heads; a ValueError names the field."""
+    real = {name: getattr(config_class, "attribute_map", {}).get(name, name) for name in SIZE_FIELDS}
+    given = {name: fields[key] for name, key in real.items() if fields.get(key) is not None}
+    for name, value in given.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: {real[name]} must be a whole number >= 1, got {value!r}")
+    hidden, heads, kv = (given.get(n) for n in ("hidden_size", "num_attention_heads", "num_key_value_heads"))
+    if hidden and heads and "head_dim" not in given and hidden % heads:
+        raise ValueError(f"{where}: {real['hidden_size']}={hidden} is not divisible by {real['num_attention_heads']}="
+                         f"{heads}; choose a number of heads that divides {hidden}")
+    if heads and kv and heads % kv:
+        raise ValueError(f"{where}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv} (each "
+                         f"key-value head serves a whole group of query heads); choose one that divides {heads}")
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, Any]:

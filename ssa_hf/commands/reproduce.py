@@ -16,8 +16,9 @@ def run(args) -> int:
     config = load_config(path)
     if args.data_dir:
         config.data_dir = args.data_dir
-    if args.workers:
+    if args.workers is not None:
         config.workers = args.workers
+        config.validate()  # (--workers 0 is refused, not ignored)
     if args.plan or (config.scale == "paper" and not args.execute):
         print(f"plan of {shown} (scale {config.scale}):")
         print("\n".join(f"  {line}" for line in plan(config)))

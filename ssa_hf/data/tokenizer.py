@@ -17,6 +17,9 @@ SPECIAL_TOKENS = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>",
 MASK_TOKEN = "<mask>"
 
 
+MAX_VOCAB_SIZE = 1 << 20  # a trained vocabulary larger than this is a typo (1e9 made the BPE trainer abort)
+
+
 @dataclass
 class TokenizerConfig:
     """How the tokenizer is obtained.
@@ -39,6 +42,13 @@ class TokenizerConfig:
 
     def validate(self, where: str = "tokenizer") -> None:
         if self.pretrained is None:
+            if isinstance(self.vocab_size, bool) or not float(self.vocab_size).is_integer():
+                raise ValueError(f"{where}.vocab_size must be a whole number, got {self.vocab_size!r}")
+            if self.vocab_size > MAX_VOCAB_SIZE:
+                raise ValueError(
+                    f"{where}.vocab_size={self.vocab_size:g} is beyond {MAX_VOCAB_SIZE:,} (the largest vocabularies in "
+                    f"use have ~262k tokens; the BPE trainer's memory grows with it): give a size up to {MAX_VOCAB_SIZE:,}")
+            self.vocab_size = int(self.vocab_size)
             if self.vocab_size < 256 + len(SPECIAL_TOKENS) + 1:
                 raise ValueError(
                     f"{where}.vocab_size must be at least {256 + len(SPECIAL_TOKENS) + 1} (the 256 byte symbols and "

@@ -32,11 +32,13 @@ def _alias(current: str) -> property:
 
 
 def _check_scoring(names, where: str) -> None:
+    from ..models.parameters import closest_name
     from ..models.scoring import ALL_SCORING_FUNCTIONS
 
     for name in names:
         if name not in ALL_SCORING_FUNCTIONS:
-            raise ValueError(f"{where}: unknown scoring function {name!r}; choose from {list(ALL_SCORING_FUNCTIONS)}")
+            raise ValueError(f"{where}: unknown scoring function {name!r}{closest_name(name, ALL_SCORING_FUNCTIONS)} "
+                             f"Choose from {list(ALL_SCORING_FUNCTIONS)}")
 
 
 def _task(name: str) -> str:
@@ -310,6 +312,8 @@ class PrimaryEndpoint:
 
         task = get_task(self.task)
         self.task = task.name
+        _check_scoring([self.treatment], "stats.primary.treatment")
+        _check_scoring([self.control], "stats.primary.control")
         if self.sweep not in SWEEPS or self.metric not in ENDPOINT_METRICS or self.test not in TESTS:
             raise ValueError(f"stats.primary: sweep must be one of {SWEEPS}, metric one of {ENDPOINT_METRICS}, test one of "
                              f"{TESTS}; got {self.sweep!r}, {self.metric!r}, {self.test!r}")
@@ -436,10 +440,24 @@ class ICLConfig:
         self.stats.validate(self.attention_scoring, self.tasks)
         if self.stats.primary_applies(self.attention_scoring, self.tasks) is None:
             self._check_primary_cells()
+        self._check_scored_positions()
         longest = max(self.eval.lengths + [self.eval_length, self.train.curriculum.end, self.eval.linear_points])
         if longest > self.model.max_points:
             raise ValueError(f"model.max_points ({self.model.max_points}) is below the longest prompt ({longest} points)")
         return self
+
+    def _check_scored_positions(self) -> None:
+        """Every test prompt must reach eval.from_position, else its cell scores no prediction (and would read as
+        error 0)."""
+        first = self.eval.from_position
+        lengths = {"eval.lengths": self.eval.lengths, "eval.length": [self.eval_length]}
+        if "linear_regression" in self.tasks and self.eval.linear_protocol == "paper":
+            lengths["eval.linear_points"] = [self.eval.linear_points]
+        for name, values in lengths.items():
+            short = [int(v) for v in values if int(v) < first]
+            if short:
+                raise ValueError(f"{name} {short}: prompts shorter than eval.from_position={first} score no position "
+                                 f"(their error would read 0); use {name} >= {first} or a lower eval.from_position")
 
     def _check_primary_cells(self) -> None:
         primary = self.stats.primary

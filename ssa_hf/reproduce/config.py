@@ -127,7 +127,8 @@ class ReproduceConfig:
         if not 0 < self.level < 1 or not 0 < self.alpha < 1:
             raise ConfigError(f"level and alpha must be in (0, 1), got {self.level}, {self.alpha}")
         if self.workers < 1 or (self.threads is not None and self.threads < 1):
-            raise ConfigError("workers and threads must be >= 1")
+            raise ConfigError(f"workers (--workers) and threads must be >= 1, got workers={self.workers}, "
+                              f"threads={self.threads}")
         for name, experiment in self.icl.items():
             if experiment.direction not in DIRECTIONS:
                 raise ConfigError(f"icl.{name}.direction: must be one of {DIRECTIONS}, got {experiment.direction!r}")
