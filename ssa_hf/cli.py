@@ -138,6 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, NotImplementedError, KeyError) as error:
         print(f"ssa-hf {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # a full disk, a file-size limit, a read-only folder: one line saying what to change
+        from .reporting import describe_os_error
+
+        message = describe_os_error(error)
+        if message is None:
+            raise
+        print(f"ssa-hf {args.command}: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

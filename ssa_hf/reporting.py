@@ -20,7 +20,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with writing(path), os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -75,6 +75,49 @@ class DestinationExistsError(FileExistsError, ValueError):
 
 class NoSpaceError(OSError, ValueError):
     """The file system is full (or over quota); a ValueError too, so the CLI reports it without a traceback."""
+
+
+class FileTooLargeError(NoSpaceError):
+    """A file outgrew what may be written (the file system's limit, or the process's file-size limit `ulimit -f`)."""
+
+
+def is_too_large(error: BaseException) -> bool:
+    if isinstance(error, OSError) and error.errno == errno.EFBIG:
+        return True
+    return "File too large" in str(error) or "os error 27" in str(error)
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike) -> Iterator[None]:
+    """Name the file when writing it fails for want of room (a library's own error, e.g. safetensors', included)."""
+    try:
+        yield
+    except NoSpaceError:
+        raise
+    except Exception as error:
+        name = Path(path).name
+        if is_too_large(error):
+            raise FileTooLargeError(errno.EFBIG, f"{name} is too large to write at {Path(path).parent} (the file "
+                                    "system's limit, or the file-size limit `ulimit -f`): raise the limit or write "
+                                    "elsewhere") from error
+        if is_no_space(error):
+            raise NoSpaceError(errno.ENOSPC, f"no space left to write {name} at {Path(path).parent}: free space or "
+                               "write elsewhere") from error
+        raise
+
+
+def describe_os_error(error: OSError) -> str | None:
+    """One line for an OSError a user can fix (no space, too large, read-only, no permission); None for others."""
+    where = f" ({error.filename})" if error.filename else ""
+    if is_too_large(error):
+        return f"a file is too large to write{where}: raise the file-size limit (`ulimit -f`) or write elsewhere"
+    if is_no_space(error):
+        return f"no space left on the device{where}: free space or write elsewhere"
+    if error.errno == errno.EROFS:
+        return f"read-only file system{where}: write to a folder on a writable one"
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return f"permission denied{where}: give a path you can write (and read), or change its permissions"
+    return None
 
 
 def is_no_space(error: BaseException) -> bool:
@@ -163,12 +206,33 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], floatf
     return "\n".join(lines)
 
 
+def make_output_folder(path: Path, what: str = "output folder") -> Path:
+    """Create `path` (and its parents), or a ValueError in one line: a file in the way, no permission, no space."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what} {path} is a file, not a folder; give a folder path (or move the file)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocking = next((p for p in [path, *path.parents] if p.exists() and not p.is_dir()), path)
+        raise ValueError(f"{what} {path} cannot be created: {blocking} is a file; give another path") from None
+    except PermissionError:
+        raise ValueError(f"{what} {path} cannot be created: permission denied; give a folder you can write") from None
+    except OSError as error:
+        if is_no_space(error):
+            raise NoSpaceError(errno.ENOSPC, f"no space left to create {what} {path}; free space") from None
+        raise
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {path} is not writable (read-only); give a folder you can write, or change its "
+                         "permissions")
+    return path
+
+
 class OutputDir:
     """A results folder: `write_json`, `write_markdown`, `save_figure` (PNG), each written atomically."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        make_output_folder(self.path)
 
     def file(self, name: str) -> Path:
         return self.path / name

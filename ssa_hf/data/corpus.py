@@ -260,7 +260,14 @@ class MapBatchStream:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("kind") != self.kind:
             raise ValueError(f"the checkpoint's data position is for {state.get('kind')!r} data, this run reads {self.kind!r} data")
-        self.epoch, self.cursor, self.batches_taken = int(state["epoch"]), int(state["cursor"]), int(state["batches_taken"])
+        limits = {"epoch": None, "cursor": self.size, "batches_taken": None}
+        for name, top in limits.items():
+            value = state.get(name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (top is not None and value > top):
+                raise ValueError(f"the checkpoint's data position has {name}={value!r}, not a whole number in "
+                                 f"[0, {top if top is not None else 'inf'}]; the checkpoint is damaged (data_state_rank"
+                                 f"{self.rank}.json): resume from another one")
+        self.epoch, self.cursor, self.batches_taken = state["epoch"], state["cursor"], state["batches_taken"]
         self._order = None
 
 

@@ -234,6 +234,14 @@ class PerplexityConfig(YamlConfig):
     output_dir: str | None = None
     trust_remote_code: bool = False
 
+    def validate(self) -> "PerplexityConfig":
+        """Counts and sizes that cannot run are refused, naming the option."""
+        for name in ("windows", "batch_size", "window_length", "max_documents"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"--{name.replace('_', '-')} must be a whole number >= 1, got {value!r}")
+        return self
+
 
 @dataclass
 class CompareConfig(YamlConfig):

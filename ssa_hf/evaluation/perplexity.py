@@ -203,7 +203,7 @@ def evaluate_perplexity(model_path: str, data: str | list[str] | None = None, *,
 
     import ssa_hf  # noqa: F401  (registers the model classes)
 
-    config = PerplexityConfig(data=[data] if isinstance(data, str) else list(data or []), **settings)
+    config = PerplexityConfig(data=[data] if isinstance(data, str) else list(data or []), **settings).validate()
     if not config.data and not config.heldout:
         raise ValueError("nothing to evaluate: give --data FILE_OR_HUB (repeatable) and/or --heldout")
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(config.dtype)

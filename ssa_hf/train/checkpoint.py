@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..reporting import NoSpaceError, atomic_folder, atomic_write_json
+from ..reporting import FileTooLargeError, NoSpaceError, atomic_folder, atomic_write_json
 from .state import CheckpointError, NonFiniteError, capture_state, load_state, non_finite_tensors, read_process_json, write_state
 
 logger = logging.getLogger("ssa_hf.train")
@@ -197,6 +197,10 @@ def _write_checkpoint(final: Path, snapshot, trainer_state: dict[str, Any], toke
                 tokenizer.save_pretrained(str(tmp / "tokenizer"))
             atomic_write_json(tmp / STATE_FILE, trainer_state)
             write_manifest(tmp, step=trainer_state["step"])
+    except FileTooLargeError as error:
+        raise FileTooLargeError(error.errno, f"the checkpoint of step {trainer_state['step']} was not written: "
+                                f"{error.strerror} (earlier checkpoints are kept; resume with --resume once it "
+                                "fits)") from error
     except NoSpaceError as error:
         raise NoSpaceError(error.errno, f"no space left on {final.parent}: the checkpoint of step "
                            f"{trainer_state['step']} was not written (earlier checkpoints are kept); free space and "
@@ -237,7 +241,25 @@ def save_checkpoint(
 
 
 def read_trainer_state(checkpoint: Path) -> dict[str, Any]:
-    return json.loads((Path(checkpoint) / STATE_FILE).read_text())
+    """trainer_state.json, its counters checked (whole numbers >= 0, one per process)."""
+    path = Path(checkpoint) / STATE_FILE
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: unreadable ({type(error).__name__}); the checkpoint is damaged") from None
+    whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0  # noqa: E731
+    processes = state.get("num_processes", 1) if isinstance(state, dict) else None
+    problem = None if isinstance(state, dict) and whole(processes) and processes > 0 else "num_processes"
+    for name in ("step", "tokens_seen_per_process", "examples_seen_per_process"):
+        value = state.get(name) if problem is None else None
+        per_process = name.endswith("_per_process")
+        if problem is None and not (whole(value) if not per_process else
+                                    isinstance(value, list) and len(value) == processes and all(map(whole, value))):
+            problem = name
+    if problem is not None:
+        raise CheckpointError(f"{path}: {problem} is not a whole number >= 0 (one per process); the checkpoint is "
+                              "damaged: resume from another one (--resume PATH)")
+    return state
 
 
 def load_checkpoint(accelerator, checkpoint: Path, model, optimizer, scheduler) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -15,7 +15,7 @@ import socket
 import sys
 from pathlib import Path
 
-from ..reporting import atomic_write_json, refuse_links_out
+from ..reporting import atomic_write_json, make_output_folder, refuse_links_out
 
 LOCK_FILE = "run.lock"
 OWNER_FILE = "run.lock.json"
@@ -56,10 +56,13 @@ class RunLock:
         if self.folder.exists() and not self.folder.is_dir():
             raise ValueError(f"output folder {self.folder} is a file, not a folder; give a folder path (or move the file)")
         refuse_links_out(self.folder, f"{self.purpose} folder")  # before the lock file is opened (truncated) there
-        self.folder.mkdir(parents=True, exist_ok=True)
+        make_output_folder(self.folder, f"{self.purpose} folder")
         lock = FileLock(str(self.folder / LOCK_FILE), timeout=0)
         try:
             lock.acquire()
+        except PermissionError:
+            raise ValueError(f"{self.folder / LOCK_FILE} cannot be opened: permission denied; make the "
+                             f"{self.purpose} folder writable or use another one") from None
         except Timeout:
             raise RunLockedError(
                 f"{self.folder} is in use by {_describe(self.owner())}: two runs in one output folder would mix "

@@ -212,11 +212,13 @@ def write_state(folder: Path, snapshot: StateSnapshot) -> None:
     """Write a snapshot into `folder` (main process)."""
     from safetensors.torch import save_file
 
-    from ..reporting import atomic_write_json
+    from ..reporting import atomic_write_json, writing
 
     metadata = {"format": "pt", _ALIASES_KEY: json.dumps(snapshot.model_aliases)}
-    save_file(snapshot.model, str(folder / MODEL_FILE), metadata=metadata)
-    save_file(snapshot.optimizer_tensors, str(folder / OPTIMIZER_TENSORS), metadata={"format": "pt"})
+    with writing(folder / MODEL_FILE):
+        save_file(snapshot.model, str(folder / MODEL_FILE), metadata=metadata)
+    with writing(folder / OPTIMIZER_TENSORS):
+        save_file(snapshot.optimizer_tensors, str(folder / OPTIMIZER_TENSORS), metadata={"format": "pt"})
     atomic_write_json(folder / OPTIMIZER_JSON, snapshot.optimizer_meta)
     if snapshot.scheduler is not None:
         atomic_write_json(folder / SCHEDULER_FILE, snapshot.scheduler)
@@ -267,8 +269,13 @@ def load_state(folder: Path, accelerator, model, optimizer, scheduler) -> None:
     for alias, stored in json.loads(metadata.get(_ALIASES_KEY, "{}")).items():
         weights[alias] = weights[stored]
     optimizer_tensors, _ = _read_tensors(folder / OPTIMIZER_TENSORS)
-    optimizer_state = _join_optimizer_state(optimizer_tensors, _read_json(folder / OPTIMIZER_JSON))
     inner = _inner(optimizer)
+    groups = [{**{k: g[k] for k in ("lr", "betas", "eps", "weight_decay") if k in g}, "params": [None] * len(g["params"])}
+              for g in json.loads(json.dumps(inner.state_dict()["param_groups"], default=str))]
+    meta = _read_json(folder / OPTIMIZER_JSON)
+    _checked_like(folder / OPTIMIZER_JSON, {"param_groups": groups}, {"param_groups": (meta or {}).get("param_groups")}
+                  if isinstance(meta, dict) else meta)
+    optimizer_state = _join_optimizer_state(optimizer_tensors, meta)
     optimizer_state["param_groups"] = _restore_tuples(optimizer_state["param_groups"], inner.param_groups)
     try:
         set_model_state_dict(model, weights, options=_state_dict_options())
@@ -278,12 +285,45 @@ def load_state(folder: Path, accelerator, model, optimizer, scheduler) -> None:
         raise CheckpointError(f"{folder}: its weights or optimizer state do not fit this model ({error}); resume "
                               "with the configuration that wrote it") from None
     if scheduler is not None:
-        scheduler.load_state_dict(_read_json(folder / SCHEDULER_FILE))
+        scheduler.load_state_dict(_checked_like(folder / SCHEDULER_FILE, scheduler.state_dict()))
     scaler = getattr(accelerator, "scaler", None)
     if scaler is not None:
-        scaler.load_state_dict(_read_json(folder / SCALER_FILE))
+        scaler.load_state_dict(_checked_like(folder / SCALER_FILE, scaler.state_dict()))
     path = folder / rng_file(accelerator.process_index)
     set_rng_state(_read_json(path), str(path))
+
+
+def _mismatch(saved: Any, reference: Any, where: str) -> str | None:
+    """Where `saved` (JSON) differs in structure from `reference` (what this run's object writes): missing or extra
+    keys, list lengths, value types (a number for a number)."""
+    if isinstance(reference, dict):
+        if not isinstance(saved, dict):
+            return f"{where or 'the file'} should be a mapping, got {type(saved).__name__}"
+        missing = [str(k) for k in reference if k not in saved]  # (extra keys: another torch version's, harmless)
+        if missing:
+            return f"{where or 'the file'} lacks {', '.join(missing[:4])}"
+        return next((m for k in reference if (m := _mismatch(saved[k], reference[k], f"{where}.{k}".lstrip(".")))), None)
+    if isinstance(reference, (list, tuple)):
+        if not isinstance(saved, list) or len(saved) != len(reference):
+            return f"{where} should be a list of {len(reference)}, got {saved!r:.60}"
+        return next((m for i, (s, r) in enumerate(zip(saved, reference)) if (m := _mismatch(s, r, f"{where}[{i}]"))), None)
+    if isinstance(reference, bool) or reference is None:
+        return None if isinstance(saved, bool) or saved is None or reference is None else f"{where} should be true/false"
+    if isinstance(reference, (int, float)):
+        ok = isinstance(saved, (int, float)) and not isinstance(saved, bool)
+        return None if ok else f"{where} should be a number, got {saved!r:.60}"
+    return None
+
+
+def _checked_like(path: Path, reference: Any, saved: Any = ...) -> Any:
+    """The JSON of `path` once it has the structure this run's own state has; else a CheckpointError naming the
+    file and the field (a damaged or foreign file must not fail deep inside torch)."""
+    saved = _read_json(path) if saved is ... else saved
+    problem = _mismatch(saved, json.loads(json.dumps(reference, default=str)), "")
+    if problem:
+        raise CheckpointError(f"{path}: not a state this run can resume ({problem}); the checkpoint is damaged or "
+                              "from another configuration: resume from another checkpoint (--resume PATH)")
+    return saved
 
 
 def read_process_json(folder: Path, stem: str, rank: int) -> Any:

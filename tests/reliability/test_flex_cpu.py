@@ -77,3 +77,18 @@ def test_small_head_dim_inside_a_compiled_function_is_refused_or_right():
         assert "ssa_blockwise" in str(error)
     else:
         torch.testing.assert_close(out, ssa_attention(q, k, v, 1.0, 1.5, backend="eager"), atol=1e-5, rtol=1e-4)
+
+
+def test_compiled_flex_gives_zero_for_fully_masked_rows_as_eager(compiled_flex):
+    """A row with no key to attend (and a whole batch entry masked out) is 0 on every backend, flex included."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = [torch.randn(2, HEADS, LENGTH, DIM, generator=g) for _ in range(3)]
+    mask = torch.ones(2, 1, LENGTH, LENGTH, dtype=torch.bool)
+    mask[0, :, 3, :] = False
+    mask[1] = False
+    with torch.no_grad():
+        out = ssa_attention(q, k, v, 1.0, 1.5, attn_mask=mask, backend="flex")
+        reference = ssa_attention(q, k, v, 1.0, 1.5, attn_mask=mask, backend="eager")
+    assert compiled_flex, "the compiled kernel ran"
+    assert out.isfinite().all() and out[0, :, 3].eq(0).all() and out[1].eq(0).all()
+    torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-4)
