@@ -64,10 +64,16 @@ class CausalEncoder:
         self.tokenizer = tokenizer
         self.block_size = block_size
 
-    def __call__(self, batch: dict[str, list], indices: list[int] | None = None) -> dict[str, list]:
+    def tokenize(self, batch: dict[str, list], indices: list[int] | None = None) -> dict[str, list]:
+        """One list of token ids per document (the parallel step: its result does not depend on the sharding)."""
         _check_texts(batch, indices)
-        ids = self.tokenizer(batch["text"], add_special_tokens=False, verbose=False)["input_ids"]
-        return {"input_ids": pack_documents(ids, self.tokenizer.eos_token_id, self.block_size)}
+        return {"token_ids": self.tokenizer(batch["text"], add_special_tokens=False, verbose=False)["input_ids"]}
+
+    def pack(self, batch: dict[str, list]) -> dict[str, list]:
+        return {"input_ids": pack_documents(batch["token_ids"], self.tokenizer.eos_token_id, self.block_size)}
+
+    def __call__(self, batch: dict[str, list], indices: list[int] | None = None) -> dict[str, list]:
+        return self.pack(self.tokenize(batch, indices))
 
 
 class MaskedEncoder:
@@ -420,8 +426,16 @@ def build_corpus(
                                   "with_indices": True}
     if streaming:
         train = train.map(encoder, **map_kwargs)
+    elif task == "causal":
+        # tokenised in parallel, packed in one process: the groups of pack_documents documents that are packed
+        # together must not depend on how num_proc shards the data (the examples and their order are the same
+        # for any num_proc)
+        ids = train.map(encoder.tokenize, num_proc=config.num_proc, desc="tokenising", **map_kwargs)
+        train = ids.map(encoder.pack, batched=True, batch_size=config.pack_documents, remove_columns=["token_ids"],
+                        desc="packing")
     else:
         train = train.map(encoder, num_proc=config.num_proc, desc="tokenising", **map_kwargs)
+    if not streaming:
         if len(train) == 0:
             raise ValueError(
                 f"no training examples from {config.train.describe()}"

@@ -188,3 +188,22 @@ def test_a_record_without_text_is_named(masked_tokenizer):
     for encoder in (CausalEncoder(masked_tokenizer, 8), MaskedEncoder(masked_tokenizer, 8)):
         with pytest.raises(ValueError, match="record 6 of the data set: the text is NoneType"):
             encoder({"text": ["fine", None]}, [5, 6])
+
+
+@pytest.mark.parametrize("task", ["causal", "masked"])
+def test_the_examples_and_their_order_do_not_depend_on_num_proc(task, causal_setup, masked_tokenizer, tmp_path,
+                                                                monkeypatch):
+    """Each num_proc gets its own empty datasets cache (a shared one could hand one setting's result to another)."""
+    import datasets
+
+    path, causal_tokenizer, _ = causal_setup
+    tokenizer = causal_tokenizer if task == "causal" else masked_tokenizer
+    if task == "masked":
+        path = write_text(tmp_path / "utterances.train", sentences(90, seed=7))
+    found = {}
+    for num_proc in (None, 1, 2, 3):
+        monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / f"cache_{num_proc}")
+        config = DataConfig(train=TextSource(path=str(path)), validation_documents=10, block_size=16, max_length=20,
+                            pack_documents=7, num_proc=num_proc)
+        found[num_proc] = build_corpus(config, tokenizer, task, seed=0, show_progress=False).train["input_ids"]
+    assert found[None] and all(rows == found[None] for rows in found.values())
