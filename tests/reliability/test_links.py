@@ -86,3 +86,16 @@ def test_atomic_folder_never_replaces_through_a_link(tmp_path):
         with atomic_folder(tmp_path / "out" / "final", overwrite=True) as tmp:
             (tmp / "x").write_text("new")
     assert (outside / "notes.txt").read_text() == "keep me" and os.path.islink(tmp_path / "out" / "final")
+
+
+def test_an_icl_run_folder_with_a_link_out_is_refused(tmp_path):
+    """ICL runs take the same lock, so the same check (its checkpoint/ linked elsewhere)."""
+    from ssa_hf.train.lock import RunLock
+
+    outside = _outside(tmp_path)
+    run = tmp_path / "runs" / "every-ssa-seed0"
+    run.mkdir(parents=True)
+    (run / "checkpoint").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(LinkOutsideError, match="ICL training run folder"):
+        RunLock(run, "ICL training run").acquire()
+    assert not (run / "run.lock").exists() and (outside / "notes.txt").read_text() == "keep me"
