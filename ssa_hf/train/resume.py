@@ -20,8 +20,9 @@ FIXED_ON_RESUME = (
     "global_batch_size", "learning_rate", "min_learning_rate", "lr_scheduler", "warmup_steps", "weight_decay",
     "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm",
 )
-# ... except these, which change neither the training data nor its order (validation, the cache's work split)
-FREE_DATA_FIELDS = ("num_proc", "validation_max_samples")
+# ... except these, which change neither the training data, its order nor the model (validation, the cache's work
+# split, which attention implementation computes the same function)
+FREE_FIELDS = {"data": ("num_proc", "validation_max_samples"), "model": ("attn_implementation",)}
 
 
 def _differences(saved: Any, current: Any, name: str) -> list[tuple[str, Any, Any]]:
@@ -44,8 +45,8 @@ def check_resume(config: PretrainConfig, checkpoint: Path) -> int:
         if key not in saved:
             continue  # (a checkpoint of an older version without that setting)
         a, b = saved[key], current.get(key)
-        if key == "data":
-            a, b = ({k: v for k, v in d.items() if k not in FREE_DATA_FIELDS} for d in (a, b))
+        if key in FREE_FIELDS and isinstance(a, dict) and isinstance(b, dict):
+            a, b = ({k: v for k, v in d.items() if k not in FREE_FIELDS[key]} for d in (a, b))
         for name, was, now in _differences(a, b, key):
             raise ConfigError(
                 f"--resume: {name} was {was!r} in {checkpoint}, now {now!r}; it cannot change on resume (the "
