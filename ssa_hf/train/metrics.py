@@ -196,7 +196,7 @@ def export_final(accelerator, model, tokenizer, config: PretrainConfig, metrics:
     """Write `<output_dir>/final`: the Hub-ready checkpoint (weights + remote code, tokenizer, model card,
     training_config.yaml, metrics.json), atomically."""
     from ..hub import save_checkpoint_folder
-    from .uptrain import merge_lora
+    from .uptrain import merge_lora, published_config
 
     final = output_dir / "final"
     accelerator.wait_for_everyone()
@@ -216,7 +216,7 @@ def export_final(accelerator, model, tokenizer, config: PretrainConfig, metrics:
             tokenizer=tokenizer,
             overwrite=True,
             extra_files={
-                "training_config.yaml": config.to_yaml(),
+                "training_config.yaml": published_config(config).to_yaml(),
                 "metrics.json": json.dumps(_jsonable(metrics), indent=2) + "\n",
             },
             training=training_card_info(config, metrics),

@@ -23,7 +23,7 @@ from .checkpoint import PATTERN, ResumePoint, checkpoints_dir, load_checkpoint, 
 from .config import ConfigError, PretrainConfig
 from .metrics import flat_hparams, truncate_history
 from .uptrain import (apply_lora, check_scoring_options, is_scoring, load_pretrained_model, pretrained_folder,
-                      pretrained_model_config)
+                      pretrained_model_config, prime_adam_state)
 from .validation import prepare_validation
 
 logger = logging.getLogger("ssa_hf.train")
@@ -92,6 +92,8 @@ def setup_run(config: PretrainConfig, accelerator, output_dir: Path) -> Run:
                           "here); launch with DDP (configs/accelerate/cpu_2proc.yaml or multi_gpu.yaml) or drop lora")
     model, optimizer, scheduler = build_training(config, tokenizer)
     model, optimizer = accelerator.prepare(model, optimizer)
+    if config.scoring_warmup_steps:
+        prime_adam_state(optimizer)  # (the warm-up leaves most parameters without state: see its docstring)
     run = Run(config, accelerator, output_dir, config.run_name or output_dir.resolve().name, start, tokenizer, corpus,
               stream, validation, masked_collator, torch.compile(model) if config.torch_compile else model, model,
               optimizer, scheduler, config.accumulation_steps(accelerator.num_processes))

@@ -13,6 +13,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .config import ConfigError, PretrainConfig
 
 logger = logging.getLogger("ssa_hf.train")
@@ -86,6 +88,17 @@ def source_record(config: PretrainConfig) -> dict[str, Any] | None:
     return record
 
 
+def published_config(config: PretrainConfig) -> PretrainConfig:
+    """The config as the final folder publishes it: `model.pretrained` by the folder's name, not its local path."""
+    import copy
+
+    if config.model.pretrained is None:
+        return config
+    published = copy.deepcopy(config)
+    published.model.pretrained = Path(config.model.pretrained).resolve().name
+    return published
+
+
 def describe_source(record: dict[str, Any]) -> str:
     text = record["name"]
     if "converted_from" in record:
@@ -128,6 +141,24 @@ def hold_all_but_scoring(model, step: int, config: PretrainConfig) -> None:
                 parameter.grad = None
 
 
+def prime_adam_state(optimizer) -> None:
+    """Give every parameter of an AdamW optimizer the state AdamW would create on its first update (step 0, zero
+    moments), so that a checkpoint written while some parameters have not been updated yet (the scoring warm-up)
+    holds the state of every parameter: a resumed run then continues exactly (without it, restoring a partial state
+    initialises the missing entries with a step of its own, and their first real update would differ)."""
+    inner = getattr(optimizer, "optimizer", optimizer)
+    for group in inner.param_groups:
+        for parameter in group["params"]:
+            if parameter in inner.state and inner.state[parameter]:
+                continue
+            state = {"step": torch.tensor(0.0, dtype=torch.get_default_dtype()),
+                     "exp_avg": torch.zeros_like(parameter, memory_format=torch.preserve_format),
+                     "exp_avg_sq": torch.zeros_like(parameter, memory_format=torch.preserve_format)}
+            if group.get("amsgrad"):
+                state["max_exp_avg_sq"] = torch.zeros_like(parameter, memory_format=torch.preserve_format)
+            inner.state[parameter] = state
+
+
 # ------------------------------------------------------------------------------------------------------ LoRA
 
 
@@ -165,5 +196,5 @@ def merge_lora(model):
 
 
 __all__ = ["LORA_TARGETS", "apply_lora", "check_scoring_options", "describe_source", "hold_all_but_scoring", "is_peft",
-           "is_scoring", "load_pretrained_model", "merge_lora", "pretrained_folder", "pretrained_model_config",
+           "is_scoring", "load_pretrained_model", "merge_lora", "pretrained_folder", "pretrained_model_config", "prime_adam_state", "published_config",
            "scoring_parameters", "source_record"]
