@@ -38,6 +38,7 @@ class UptrainDemoConfig:
     learning_rate: peak learning rate of the uptraining (all weights but b and n).
     scoring_learning_rates: one SSA arm per value: the peak learning rate of b and n.
     scoring_warmup_steps: SSA arms: the first this many steps train only b and n.
+    temperature_learning_rate: if set, a second control: the source with a learnable softmax temperature t (from 1, so also starting exactly at the source), t trained at this rate; it tells a gain from SSA's shape from one a sharper or flatter softmax would give too (with n fixed, a growing b also raises b n, the inverse temperature).
     matched_b: b of the softmax-matched conversion (n = 1 / b).
     scoring_parametrization: how the converted model stores b and n (softplus, exp or raw).
     seeds: one paired run per arm and seed (data order, dropout).
@@ -57,6 +58,7 @@ class UptrainDemoConfig:
     learning_rate: float = 1e-3
     scoring_learning_rates: list[float] = field(default_factory=lambda: [1e-3, 3e-2, 1e-1])
     scoring_warmup_steps: int = 0
+    temperature_learning_rate: float | None = 3e-2
     matched_b: float = 1e-3
     scoring_parametrization: str = "softplus"
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
@@ -152,6 +154,12 @@ def run_uptrain_demo(config: UptrainDemoConfig | None = None, output_dir: str = 
                                     overwrite=True, scoring_parametrization=config.scoring_parametrization)
 
     arms: dict[str, dict[str, Any]] = {"softmax": {"folder": source_folder, "extra": {}}}
+    if config.temperature_learning_rate is not None:
+        temperature = root / "temperature_t1"
+        convert_checkpoint(source_folder, temperature, "temperature", overwrite=True, temperature_init=1.0,
+                           temperature_learnable=True)
+        arms[f"temperature (t lr {config.temperature_learning_rate:g})"] = {
+            "folder": temperature, "extra": {"scoring_learning_rate": config.temperature_learning_rate}}
     for rate in config.scoring_learning_rates:
         extra = {"scoring_learning_rate": rate}
         if config.scoring_warmup_steps:
@@ -172,7 +180,7 @@ def run_uptrain_demo(config: UptrainDemoConfig | None = None, output_dir: str = 
             runs[name][seed] = {
                 "eval_loss_at_start": result.metrics["eval_loss_at_start"], "eval_loss": result.metrics["eval_loss"],
                 "eval_losses": _trajectory(history, "eval_loss"), "b": _scoring_means(history, "b"),
-                "n": _scoring_means(history, "n"), "scoring_parameters": result.metrics["scoring_parameters"],
+                "n": _scoring_means(history, "n"), "t": _scoring_means(history, "t"), "scoring_parameters": result.metrics["scoring_parameters"],
                 "train_tokens_per_second": result.metrics["train_tokens_per_second"],
             }
     summary = _summarise(config, source_run.metrics["eval_loss"], runs)
@@ -212,6 +220,9 @@ def _summarise(config: UptrainDemoConfig, source_loss: float, runs: dict) -> lis
                "seeds_worse_than_softmax": sum(d > TIE for d in diffs)}
         b = [r["b"] for r in by_seed.values() if r["b"]]
         n = [r["n"] for r in by_seed.values() if r["n"]]
+        t = [r["t"] for r in by_seed.values() if r["t"]]
+        if t:
+            row["t_end_mean"] = sum(x[-1][1] for x in t) / len(t)
         if b:
             row["b_end_mean"] = sum(t[-1][1] for t in b) / len(b)
             row["n_end_mean"] = sum(t[-1][1] for t in n) / len(n)
@@ -231,9 +242,10 @@ def _markdown(config: UptrainDemoConfig, result: dict) -> str:
                      f"{row['seeds_better_than_softmax']} / {row['seeds_worse_than_softmax']} / {len(row['seeds'])}",
                      f"{row['b_end_mean']:.3g}" if "b_end_mean" in row else "-",
                      f"{row['n_end_mean']:.4g}" if "n_end_mean" in row else "-",
-                     f"{row['bn_end_mean']:.3g}" if "bn_end_mean" in row else "-"])
+                     f"{row['bn_end_mean']:.3g}" if "bn_end_mean" in row else
+                     (f"1/t = {1 / row['t_end_mean']:.3g}" if "t_end_mean" in row else "-")])
     headers = ["arm", "val loss at step 0 (per seed)", "max abs diff to source", f"val loss at step {config.uptrain_steps}",
-               "paired diff to softmax", f"seeds better / worse (beyond {TIE:g}) / all", "b end", "n end", "b n end"]
+               "paired diff to softmax", f"seeds better / worse (beyond {TIE:g}) / all", "b end", "n end", "b n (or 1/t) end"]
     check = result["conversion_check"]
     return (
         "# Uptraining demo: a softmax decoder converted to SSA (matched init) and trained on beside a softmax control\n\n"
