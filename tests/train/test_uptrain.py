@@ -125,6 +125,12 @@ def test_uptraining_refusals(uptrain_sources, corpora, tmp_path):
         pretrain(uptrain_config("causal", corpora, source.final_dir, tmp_path / "b", scoring_learning_rate=0.05))
     with pytest.raises(ConfigError, match="task 'masked' needs"):
         pretrain(uptrain_config("masked", corpora, matched, tmp_path / "c"))
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    (pickled / "config.json").write_text((matched / "config.json").read_text())
+    (pickled / "pytorch_model.bin").write_bytes(b"not loaded")
+    with pytest.raises(ConfigError, match="no .safetensors weights"):
+        pretrain(uptrain_config("causal", corpora, pickled, tmp_path / "e"))
     stock = tmp_path / "stock"
     from tests.hub.helpers import make_llama
 
@@ -182,3 +188,21 @@ def test_two_processes_uptrain_one_model(uptrain_sources, corpora, tmp_path):
     assert metrics["distributed"]["parameter_fingerprint_max_abs_diff"] == 0.0
     assert metrics["eval_loss_at_start"] == pytest.approx(source.metrics["eval_loss"], rel=1e-5)
     assert metrics["uptrained_from"]["name"] == matched.name
+
+
+@pytest.mark.slow  # one launch of two FSDP processes
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+def test_fsdp_on_two_cpu_processes_uptrains_from_the_folder(uptrain_sources, corpora, tmp_path):
+    from .test_distributed import _launch_fsdp
+
+    source, matched = uptrain_sources["causal"]
+    config = uptrain_config("causal", corpora, matched, tmp_path / "fsdp", max_steps=2, eval_steps=0, save_steps=2,
+                            per_device_train_batch_size=4, eval_at_start=True, scoring_learning_rate=0.05)
+    (tmp_path / "run.yaml").write_text(config.to_yaml())
+    _launch_fsdp(tmp_path / "run.yaml", tmp_path)
+    metrics = json.loads((tmp_path / "fsdp" / "metrics.json").read_text())
+    assert metrics["distributed"]["num_processes"] == 2
+    assert metrics["eval_loss_at_start"] == pytest.approx(source.metrics["eval_loss"], rel=1e-5)
+    final = load_file(tmp_path / "fsdp" / "final" / "model.safetensors")
+    before = load_file(matched / "model.safetensors")
+    assert final.keys() == before.keys() and any(not torch.equal(final[k], before[k]) for k in _scoring(before))
