@@ -25,7 +25,10 @@ LORA_TARGETS = {
     "ssa_gpt2": ["attn.c_attn", "attn.c_proj"],
     "ssa_bert": ["attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"],
 }
-SCORING_MARK = ".scoring."  # every scoring parameter's name has it (e.g. model.layers.0.self_attn.scoring.params.b.raw)
+SCORING_MARK = ".scoring."
+# files of which at least one makes a tokenizer AutoTokenizer can load without code
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "tokenizer.model",
+                    "spiece.model", "sentencepiece.bpe.model")  # every scoring parameter's name has it (e.g. model.layers.0.self_attn.scoring.params.b.raw)
 
 
 def pretrained_folder(config: PretrainConfig) -> Path | None:
@@ -36,6 +39,10 @@ def pretrained_folder(config: PretrainConfig) -> Path | None:
     if not (folder / "config.json").is_file():
         raise ConfigError(f"model.pretrained: {folder} is not a model folder (no config.json); give a folder written "
                           "by ssa-hf (ssa-hf convert, the final/ folder of a run)")
+    if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+        raise ConfigError(f"model.pretrained: {folder} has no tokenizer files ({', '.join(_TOKENIZER_FILES[:3])}, ...); "
+                          "save the tokenizer into the folder (tokenizer.save_pretrained) or convert a checkpoint "
+                          "that has one (ssa-hf convert copies it)")
     if not any(folder.glob("*.safetensors")):
         raise ConfigError(f"model.pretrained: {folder} has no .safetensors weights (pickled weights are not loaded); "
                           "save the model with save_pretrained(safe_serialization=True)")
