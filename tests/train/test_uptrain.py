@@ -128,6 +128,9 @@ def test_uptraining_refusals(uptrain_sources, corpora, tmp_path):
     pickled = tmp_path / "pickled"
     pickled.mkdir()
     (pickled / "config.json").write_text((matched / "config.json").read_text())
+    with pytest.raises(ConfigError, match="no tokenizer files"):
+        pretrain(uptrain_config("causal", corpora, pickled, tmp_path / "e"))
+    (pickled / "tokenizer.json").write_text((matched / "tokenizer.json").read_text())
     (pickled / "pytorch_model.bin").write_bytes(b"not loaded")
     with pytest.raises(ConfigError, match="no .safetensors weights"):
         pretrain(uptrain_config("causal", corpora, pickled, tmp_path / "e"))
