@@ -66,3 +66,12 @@ def test_bench_attention_paired_quiet_and_beside_a_busy_process(tmp_path):
     for row in rows:
         assert "error" not in row, row
         assert row["time_s"] > 0 and row["time_ratio"] > 0
+
+
+def test_bench_matched_init_rows(tmp_path):
+    rows = _run("bench_matched_init.py", "--ranges", "4", "--bs", "1e-3", "1e-1", "--families", "gpt2",
+                tmp_path=tmp_path)
+    by_b = {r["b"]: r for r in rows["scores"]}
+    assert by_b[1e-3]["fp32_max_abs_diff"] < by_b[1e-1]["fp32_max_abs_diff"]  # closer to softmax as b shrinks
+    models = {r["b"]: r for r in rows["models"]}
+    assert models[1e-3]["within_tolerance"] and models[1e-3]["fp32_rel_diff"] < models[1e-1]["fp32_rel_diff"]

@@ -23,6 +23,8 @@ class ConvertOptions:
     check: run both models on a random batch and compare their outputs (--no-check skips it).
     base_model: Hub id of the source model, recorded as base_model in the card.
     license: license id for the card metadata (e.g. apache-2.0).
+    init: config (scoring parameters from the config and --set) or matched (SSA starting as the source's softmax: small b, n = 1/b; outputs checked within a tolerance; see docs/uptraining.md).
+    matched_b: with --init matched, the b to start from (default 1e-3; n = 1/b; at least 1e-4).
     """
 
     attention_scoring: str = "ssa"
@@ -31,6 +33,8 @@ class ConvertOptions:
     check: bool = True
     base_model: str | None = None
     license: str | None = None
+    init: str = field(default="config", metadata={"choices": ("config", "matched")})
+    matched_b: float | None = None
 
 
 def run(args) -> int:
@@ -50,6 +54,9 @@ def run(args) -> int:
           f"from the config" + (f"; dropped {len(result.dropped_tensors)} old scoring tensors" if result.dropped_tensors else ""))
     if check.get("performed"):
         verdict = "matches the source" if check["must_match"] else "scoring changed, so outputs differ"
+        if result.init["method"] == "matched":
+            verdict = (f"softmax-matched SSA, b={result.init['b']:g}, n={result.init['n']:g}; tolerance "
+                       f"{check['tolerance']:.3g}")
         print(f"output check: max |difference| to the source {check['max_abs_diff']:.3g} ({verdict})")
     if result.tokenizer_files:
         print(f"tokenizer files copied: {', '.join(result.tokenizer_files)}")

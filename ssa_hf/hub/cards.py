@@ -207,7 +207,13 @@ def _limitations(config, conversion, results) -> str:
         "for softmax; FlashAttention kernels cannot run it (ssa-hf provides eager, FlexAttention and blockwise "
         "implementations)."
     ]
-    if conversion and not config.uses_softmax_only:
+    matched = (conversion or {}).get("init", {}).get("method") == "matched"
+    if conversion and matched:
+        limitations.append(
+            "The scoring parameters start softmax-matched (small b, n = 1/b): until training moves b and n, this "
+            "model computes its source's softmax attention (within the tolerance in the conversion table), not "
+            "SSA's polynomial weighting; see docs/uptraining.md.")
+    elif conversion and not config.uses_softmax_only:
         limitations.append(
             f"The weights were trained with another attention scoring function ({conversion.get('source_class', 'the source')}"
             f"). Changing the scoring function changes the output of every layer, so the converted model needs "
@@ -221,11 +227,17 @@ def _conversion_text(conversion) -> tuple[str, str]:
     """(table, note) of the conversion record, empty when the model was not converted."""
     if not conversion:
         return "", ""
+    init = conversion.get("init") or {"method": "config"}
+    how = "initialised from the config"
+    if init.get("method") == "matched":
+        how = (f"softmax-matched (`--init matched`: b = {init['b']:g}, n = {init['n']:g}, b n = {init['c']:g}, so the "
+               f"model starts as its source's softmax at temperature 1)")
     note = (f"Converted with `ssa-hf convert` from a `{conversion.get('source_class', '?')}` checkpoint: "
-            f"every weight was copied, the scoring parameters were initialised from the config.")
+            f"every weight was copied, the scoring parameters were {how}.")
     shown = {k: conversion[k] for k in ("source", "source_class", "target_class", "attention_scoring",
                                         "copied_tensors", "initialised_tensors", "output_check")
              if k in conversion}
+    shown["init"] = init.get("method", "config")
     return _kv_table(shown), note
 
 

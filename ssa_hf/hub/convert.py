@@ -9,7 +9,7 @@ import copy
 import logging
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,6 +21,8 @@ from ..reporting import DestinationExistsError, atomic_folder, atomic_write_json
 from ..models.settings import OLD_NAMES
 from .cards import SCORING_FIELDS, scoring_settings, write_model_card
 from .folders import read_config_json, safe_weights_kwargs
+
+from .matched import INITS, MATCHED_B, check_matched_request, matched_settings, matched_tolerance
 
 logger = logging.getLogger("ssa_hf.hub")
 
@@ -55,6 +57,8 @@ class ConversionResult:
     dropped_tensors: list[str]
     tokenizer_files: list[str]
     output_check: dict[str, Any]
+    # how the scoring parameters were initialised: {"method": "config"} or {"method": "matched", "b": .., "n": ..}
+    init: dict[str, Any] = field(default_factory=lambda: {"method": "config"})
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -232,8 +236,9 @@ def _copy_weights(source: _Source, target) -> tuple[dict, list[str], list[str]]:
     return state, missing, dropped
 
 
-def _output_check(source: _Source, target) -> dict[str, Any]:
-    """Run both models on a random batch: a softmax target of a softmax source must reproduce its outputs."""
+def _output_check(source: _Source, target, matched: bool = False) -> dict[str, Any]:
+    """Run both models on a random batch: a softmax target of a softmax source must reproduce its outputs, and so
+    must a softmax-matched SSA target (`matched`), within `matched.MATCHED_TOLERANCE`."""
     generator = torch.Generator().manual_seed(0)
     inputs = _check_inputs(target.config, source.spec, generator)
     with torch.no_grad():
@@ -244,11 +249,18 @@ def _output_check(source: _Source, target) -> dict[str, Any]:
     source_softmax = not source.is_ssa or source.model.config.uses_softmax_only
     must_match = source_softmax and target.config.uses_softmax_only
     tolerance = 1e-4 * max(1.0, scale)
+    if matched:
+        must_match, tolerance = True, matched_tolerance(scale)
+        if not diff <= tolerance:
+            raise ConversionError(f"the softmax-matched SSA model's outputs differ from the source's by {diff:.3g} "
+                                  f"(tolerance {tolerance:.3g}): its attention scores are too large for b = "
+                                  f"{target.config.ssa_b_init:g}; pass a smaller matched_b (--matched-b, >= 1e-4)")
     if must_match and not diff <= tolerance:
         raise ConversionError(f"the converted softmax model's outputs differ from the source's by {diff:.3g} "
                               f"(tolerance {tolerance:.3g}): the weights did not map correctly")
     logger.info("output check: max |difference| to the source %.3g (%s)", diff,
-                "must match" if must_match else "scoring changed, differences expected")
+                "softmax-matched SSA" if matched else "must match" if must_match else
+                "scoring changed, differences expected")
     return {"performed": True, "max_abs_diff": diff, "reference_max_abs": scale,
             "must_match": must_match, "tolerance": tolerance if must_match else None}
 
@@ -272,6 +284,9 @@ def _write_converted(target, src: Path, dst: Path, result: ConversionResult, *, 
             check = result.output_check
             summary["output_check"] = (f"max abs difference of outputs to the source {check['max_abs_diff']:.3g}"
                                        if check.get("performed") else "not run")
+            if check.get("performed") and result.init["method"] == "matched":
+                summary["output_check"] += (f" (tolerance {check['tolerance']:.3g} = {check['tolerance_rule']}, "
+                                            f"float32, {check['inputs']})")
             write_model_card(tmp, default_name=dst.name, conversion=summary, base_model=base_model, license=license)
 
 
@@ -286,6 +301,8 @@ def convert_checkpoint(
     card: bool = True,
     base_model: str | None = None,
     license: str | None = None,
+    init: str = "config",
+    matched_b: float | None = None,
     **scoring_kwargs,
 ) -> ConversionResult:
     """Convert a checkpoint folder to its ssa-hf twin with `attention_scoring` (and the ssa_* settings in
@@ -300,15 +317,27 @@ def convert_checkpoint(
     on a random batch: a softmax target must reproduce the source's outputs. Tokenizer files are copied, a card
     and ssa_conversion.json written; the folder appears atomically.
     `dtype`: "auto" keeps the source's stored dtype, or "float32" / "bfloat16" / "float16".
+    `init`: "config" (the scoring parameters from the config and `scoring_kwargs`) or "matched": SSA that starts as
+    the source's softmax, b = `matched_b` (default `matched.MATCHED_B`) and n = 1 / b, its outputs checked against
+    the source's within `matched.MATCHED_TOLERANCE` (see ssa_hf/hub/matched.py and docs/uptraining.md).
     """
     src, dst = Path(src).resolve(), Path(dst).resolve()
     _check_request(src, dst, dtype, overwrite, scoring_kwargs)
+    init_record = _init_settings(init, matched_b, attention_scoring, scoring_kwargs, check_outputs)
+    if init == "matched":
+        scoring_kwargs = {**scoring_kwargs, **matched_settings(init_record["b"])}
     source = _read_source(src)
+    if init == "matched" and source.is_ssa and not source.model.config.uses_softmax_only:
+        raise ConversionError(f"{src} does not use softmax (attention_scoring={source.model.config.attention_scoring!r}); "
+                              "init='matched' starts SSA where a softmax source was: convert a softmax checkpoint")
     target_config = _target_config(source, src, attention_scoring, scoring_kwargs)
     target = source.spec.model_class(source.task)(target_config)
     target.eval()
     state, missing, dropped = _copy_weights(source, target)
-    output_check = _output_check(source, target) if check_outputs else {"performed": False}
+    output_check = _output_check(source, target, matched=init == "matched") if check_outputs else {"performed": False}
+    if init == "matched":
+        output_check.update(tolerance_rule="1e-2 x max(1, max |source logits|)",
+                            inputs="one random sequence of 16 tokens")
 
     save_dtype = _source_dtype(source.raw) if dtype == "auto" else dtype
     target.to(DTYPES[save_dtype])
@@ -318,11 +347,28 @@ def convert_checkpoint(
         source=str(src), destination=str(dst), source_class=source.architecture, target_class=type(target).__name__,
         attention_scoring=attention_scoring, scoring_settings=scoring_settings(target_config), dtype=save_dtype,
         copied_tensors=len(state), initialised_tensors=sorted(missing), dropped_tensors=dropped, tokenizer_files=[],
-        output_check=output_check,
+        output_check=output_check, init=init_record,
     )
     _write_converted(target, src, dst, result, overwrite=overwrite, card=card, base_model=base_model,
                      license=license)
     return result
+
+
+def _init_settings(init: str, matched_b, attention_scoring, scoring_kwargs: dict, check_outputs: bool) -> dict:
+    """The record of how the scoring parameters start; checks a matched-init request."""
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    if init == "config":
+        if matched_b is not None:
+            raise ValueError("matched_b applies to init='matched' only; pass init='matched' (--init matched)")
+        return {"method": "config"}
+    check_matched_request(attention_scoring, scoring_kwargs)
+    if not check_outputs:
+        raise ValueError("init='matched' promises outputs within a tolerance of the source's, so the output check "
+                         "must run; drop check_outputs=False (--no-check)")
+    settings = matched_settings(MATCHED_B if matched_b is None else matched_b)
+    return {"method": "matched", "b": settings["ssa_b_init"], "n": settings["ssa_n_init"],
+            "c": settings["ssa_b_init"] * settings["ssa_n_init"]}
 
 
 __all__ = ["ConversionError", "ConversionResult", "convert_checkpoint"]

@@ -163,8 +163,11 @@ class ConstrainedParameter(nn.Module):
             return float(init)
         if self.parametrization == "exp":
             return math.log(init)
-        # keep the initial value strictly above the floor so that the raw value is finite
-        return _inverse_softplus(max(init - self.floor, 1e-3))
+        # keep the initial value strictly above a floor the value may reach (n >= 1) so that the raw value is
+        # finite; above a floor of 0 every value in range (>= PARAMETER_LIMITS[0]) already is, and is kept as given
+        # (a margin there would turn a small b, e.g. 1e-4 for a softmax-matched start, silently into 1e-3)
+        margin = 1e-3 if self.floor else PARAMETER_LIMITS[0]
+        return _inverse_softplus(max(init - self.floor, margin))
 
     def forward(self) -> Tensor:
         if not self.learnable:

@@ -38,12 +38,32 @@ class ModelConfig:
     attention_scoring: the scoring function (ssa, softmax, ...); null keeps the preset's.
     overrides: other config fields of the preset's family (vocab size and special-token ids come from the tokenizer).
     attn_implementation: transformers attention implementation (null: the model's default, ssa_auto).
+    pretrained: an ssa-hf model folder to continue training (uptraining, e.g. the output of `ssa-hf convert --init matched`): weights, config and tokenizer come from it; preset, attention_scoring, overrides and tokenizer must then be left unset.
     """
 
     preset: str = "tiny_llama"
     attention_scoring: str | list[str] | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     attn_implementation: str | None = None
+    pretrained: str | None = None
+
+
+@dataclass
+class LoraSettings:
+    """PEFT LoRA adapters (rank 0: off, every weight trains).
+
+    rank: LoRA rank r (0: no LoRA).
+    alpha: LoRA scaling alpha (the update is alpha / r x B A).
+    dropout: dropout on the LoRA input.
+    target_modules: module names that get adapters (null: the family's attention projections).
+    train_scoring: keep the scoring parameters (b, n) trainable, as PEFT modules_to_save (saved and merged with the adapters).
+    """
+
+    rank: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: list[str] | None = None
+    train_scoring: bool = True
 
 
 @dataclass
@@ -60,6 +80,8 @@ class PretrainConfig:
     gradient_accumulation_steps: micro-batches per optimizer step.
     global_batch_size: if set, sequences per optimizer step over all processes; gradient_accumulation_steps is then derived (per_device x processes x accumulation).
     learning_rate: peak learning rate (AdamW).
+    scoring_learning_rate: peak learning rate of the scoring parameters (SSA's b and n), their own AdamW group on the same schedule (null: learning_rate, in the no-decay group).
+    scoring_warmup_steps: the first this many steps update only the scoring parameters (b, n); every other weight waits.
     min_learning_rate: cosine schedule: the learning rate it decays to (default 0.1 x learning_rate).
     lr_scheduler: cosine, linear (decay to 0) or constant, each after the warm-up.
     warmup_steps: linear warm-up from 0 to the peak.
@@ -78,6 +100,7 @@ class PretrainConfig:
     torch_compile: torch.compile the model.
     logging_steps: log loss, learning rate, tokens/s and SSA parameters every this many steps.
     eval_steps: validation loss and perplexity every this many steps (0: only at the end).
+    eval_at_start: validation loss before the first step too (logged at step 0; not on resume).
     per_device_eval_batch_size: validation sequences per process per batch.
     save_steps: write a checkpoint every this many steps (0: only at the end).
     save_total_limit: keep the last this many checkpoints (0: keep all).
@@ -95,6 +118,7 @@ class PretrainConfig:
     run_name: str | None = None
     seed: int = 0
     model: ModelConfig = field(default_factory=ModelConfig)
+    lora: LoraSettings = field(default_factory=LoraSettings)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
     max_steps: int = 1000
@@ -103,6 +127,8 @@ class PretrainConfig:
     gradient_accumulation_steps: int = 1
     global_batch_size: int | None = None
     learning_rate: float = 3e-4
+    scoring_learning_rate: float | None = None
+    scoring_warmup_steps: int = 0
     min_learning_rate: float | None = None
     lr_scheduler: str = "cosine"
     warmup_steps: int = 0
@@ -119,6 +145,7 @@ class PretrainConfig:
     torch_compile: bool = False
     logging_steps: int = 10
     eval_steps: int = 0
+    eval_at_start: bool = False
     per_device_eval_batch_size: int = 16
     save_steps: int = 0
     save_total_limit: int = 2
@@ -167,8 +194,35 @@ class PretrainConfig:
             raise ConfigError(f"min_learning_rate: must be in [0, learning_rate], got {self.min_learning_rate}")
         if self.max_grad_norm < 0 or self.weight_decay < 0:
             raise ConfigError("max_grad_norm and weight_decay must be >= 0")
+        self._validate_uptraining()
         if self.push_to_hub is not None and "/" not in self.push_to_hub:
             raise ConfigError(f"push_to_hub: give a repository id 'owner/name', got {self.push_to_hub!r}")
+
+    def _validate_uptraining(self) -> None:
+        """model.pretrained, the scoring learning rate and warm-up, LoRA."""
+        if self.model.pretrained is not None:
+            clashes = [name for name, given in (
+                ("model.attention_scoring", self.model.attention_scoring is not None),
+                ("model.overrides", bool(self.model.overrides)),
+                ("tokenizer.pretrained", self.tokenizer.pretrained is not None),
+            ) if given]
+            if clashes:
+                raise ConfigError(f"model.pretrained: the model folder gives the config and the tokenizer; drop "
+                                  f"{', '.join(clashes)} (to change the scoring function convert the folder first: "
+                                  "ssa-hf convert SRC DST --init matched)")
+        if self.scoring_learning_rate is not None and not (math.isfinite(self.scoring_learning_rate)
+                                                           and self.scoring_learning_rate > 0):
+            raise ConfigError(f"scoring_learning_rate: must be a finite number > 0 (or null), got {self.scoring_learning_rate}")
+        if not 0 <= self.scoring_warmup_steps < self.max_steps:
+            raise ConfigError(f"scoring_warmup_steps: must be in 0..max_steps - 1 ({self.max_steps - 1}), got "
+                              f"{self.scoring_warmup_steps}")
+        lora = self.lora
+        if lora.rank < 0:
+            raise ConfigError(f"lora.rank: must be >= 0 (0: no LoRA), got {lora.rank}")
+        if lora.rank and not (math.isfinite(lora.alpha) and lora.alpha > 0 and 0 <= lora.dropout < 1):
+            raise ConfigError(f"lora.alpha must be > 0 and lora.dropout in [0, 1), got {lora.alpha}, {lora.dropout}")
+        if lora.rank and self.torch_compile:
+            raise ConfigError("lora.rank with torch_compile is not supported; set one of them off")
 
     def accumulation_steps(self, num_processes: int) -> int:
         """Micro-batches per optimizer step for this number of processes."""

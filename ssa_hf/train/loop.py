@@ -42,6 +42,7 @@ from .metrics import (
 from .resume import finished_run
 from .setup import Run, check_push_settings, make_accelerator, model_config_for, setup_run, start_point
 from .state import NonFiniteError
+from .uptrain import hold_all_but_scoring, source_record
 from .validation import evaluate
 
 logger = logging.getLogger("ssa_hf.train")
@@ -104,6 +105,7 @@ class Report:
     windows: list[tuple[float, float]] = field(default_factory=list)  # (global tokens, seconds) per window
     last_loss: float = float("nan")
     last_eval: dict[str, float] | None = None
+    start_eval: dict[str, float] | None = None  # before the first step (`eval_at_start`)
     wall_start: float = field(default_factory=time.perf_counter)
 
     def reset(self) -> None:
@@ -118,6 +120,12 @@ def train(run: Run) -> Report:
     report = Report(loss=torch.zeros((), device=run.accelerator.device))
     progress = progress_bar(run)
     run.model.train()
+    if config.eval_at_start and run.step == 0 and run.validation:
+        report.start_eval = evaluate(run.model, run.validation, config.task, run.tokenizer.pad_token_id,
+                                     config.per_device_eval_batch_size, run.accelerator)
+        log(run, {"eval_loss": report.start_eval["loss"], "eval_perplexity": report.start_eval["perplexity"],
+                  "eval_tokens": report.start_eval["tokens"]})
+        report.started = time.perf_counter()
     while run.step < run.stop_at:
         step_loss, grad_norm = train_step(run, report)
         run.step += 1
@@ -162,6 +170,8 @@ def train_step(run: Run, report: Report) -> tuple[torch.Tensor, torch.Tensor | N
             loss = model(**batch).loss
             accelerator.backward(loss / run.accumulation)
         step_loss += loss.detach().float() / run.accumulation
+    if config.scoring_warmup_steps:
+        hold_all_but_scoring(model, run.step, config)
     # (max_grad_norm 0: an infinite bound computes the norm and leaves the gradients unchanged)
     grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm or math.inf)
     grad_norm = full_tensor(grad_norm) if grad_norm is not None else None
@@ -321,7 +331,9 @@ def run_metrics(run: Run, report: Report) -> dict[str, Any]:
     return {
         "run_name": run.run_name,
         "task": config.task,
-        "model_preset": config.model.preset,
+        "model_preset": config.model.preset if config.model.pretrained is None else None,
+        "uptrained_from": source_record(config),
+        "eval_loss_at_start": (report.start_eval or {}).get("loss"),
         "attention_scoring": model.config.attention_scoring,
         "attn_implementation": model.config._attn_implementation,  # what ran (a standard name maps onto ssa-hf's)
         "parameters": sum(p.numel() for p in model.parameters()),

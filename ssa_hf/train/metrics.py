@@ -171,6 +171,20 @@ def training_card_info(config: PretrainConfig, metrics: dict[str, Any]) -> dict[
         "seed": config.seed,
         "trained_with": "ssa-hf pretrain (accelerate)",
     })
+    source = metrics.get("uptrained_from")
+    if source:  # uptraining: the folder it continued from, by name
+        from .uptrain import describe_source
+
+        info["uptrained_from"] = describe_source(source)
+        info["trained_with"] = "ssa-hf pretrain (accelerate), continued from the weights of model.pretrained"
+        info["validation_loss_at_start"] = _round(metrics.get("eval_loss_at_start"))
+    if config.scoring_learning_rate is not None:
+        info["scoring_learning_rate"] = config.scoring_learning_rate
+    if config.scoring_warmup_steps:
+        info["scoring_warmup_steps"] = config.scoring_warmup_steps
+    if config.lora.rank:
+        info["lora"] = (f"rank {config.lora.rank}, alpha {config.lora.alpha:g}, merged into the weights; scoring "
+                        f"parameters {'trained' if config.lora.train_scoring else 'frozen'}")
     return {k: v for k, v in info.items() if v is not None}
 
 
@@ -182,9 +196,11 @@ def export_final(accelerator, model, tokenizer, config: PretrainConfig, metrics:
     """Write `<output_dir>/final`: the Hub-ready checkpoint (weights + remote code, tokenizer, model card,
     training_config.yaml, metrics.json), atomically."""
     from ..hub import save_checkpoint_folder
+    from .uptrain import merge_lora, published_config
 
     final = output_dir / "final"
     accelerator.wait_for_everyone()
+    model = merge_lora(model)  # LoRA: a plain model with the adapters merged (the run has ended)
     if accelerator.distributed_type.name.startswith("FSDP") or getattr(accelerator, "is_fsdp2", False):
         # sharded weights: gather the full state dict (collective) into an unsharded copy on the main process
         state = accelerator.get_state_dict(model)
@@ -200,11 +216,11 @@ def export_final(accelerator, model, tokenizer, config: PretrainConfig, metrics:
             tokenizer=tokenizer,
             overwrite=True,
             extra_files={
-                "training_config.yaml": config.to_yaml(),
+                "training_config.yaml": published_config(config).to_yaml(),
                 "metrics.json": json.dumps(_jsonable(metrics), indent=2) + "\n",
             },
             training=training_card_info(config, metrics),
-            base_preset=config.model.preset,
+            base_preset=config.model.preset if config.model.pretrained is None else None,
             model_name=config.run_name or output_dir.resolve().name,
         )
 

@@ -23,6 +23,8 @@ from .checkpoint import PATTERN, ResumePoint, checkpoints_dir, load_checkpoint, 
 from .config import ConfigError, PretrainConfig
 from .metrics import flat_hparams, truncate_history
 from .resume import check_resume
+from .uptrain import (apply_lora, check_scoring_options, is_scoring, load_pretrained_model, pretrained_folder,
+                      pretrained_model_config, prime_adam_state)
 from .validation import prepare_validation
 
 logger = logging.getLogger("ssa_hf.train")
@@ -86,8 +88,13 @@ def setup_run(config: PretrainConfig, accelerator, output_dir: Path, start: Resu
     validation = prepare_validation(corpus, tokenizer, config)
     masked_collator = MaskedCollator.from_config(tokenizer, config.data) if config.task == "masked" else None
     set_seed(config.seed)
+    if config.lora.rank and accelerator.distributed_type.name.startswith("FSDP"):
+        raise ConfigError("lora.rank with FSDP is not supported (the adapters and modules_to_save are not sharded "
+                          "here); launch with DDP (configs/accelerate/cpu_2proc.yaml or multi_gpu.yaml) or drop lora")
     model, optimizer, scheduler = build_training(config, tokenizer)
     model, optimizer = accelerator.prepare(model, optimizer)
+    if config.scoring_warmup_steps:
+        prime_adam_state(optimizer)  # (the warm-up leaves most parameters without state: see its docstring)
     run = Run(config, accelerator, output_dir, config.run_name or output_dir.resolve().name, start, tokenizer, corpus,
               stream, validation, masked_collator, torch.compile(model) if config.torch_compile else model, model,
               optimizer, scheduler, config.accumulation_steps(accelerator.num_processes))
@@ -120,8 +127,11 @@ def build_training(config: PretrainConfig, tokenizer):
     model = build_model_for(config, tokenizer)
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if config.lora.rank:
+        model = apply_lora(model, config)
+    check_scoring_options(config, model)
     optimizer = torch.optim.AdamW(
-        parameter_groups(model, config.weight_decay),
+        parameter_groups(model, config.weight_decay, config.scoring_learning_rate),
         lr=config.learning_rate,
         betas=(config.adam_beta1, config.adam_beta2),
         eps=config.adam_epsilon,
@@ -174,6 +184,9 @@ def obtain_tokenizer(config: PretrainConfig, train_texts):
     """The run's tokenizer: the pretrained one named in the config, or a byte-level BPE trained on the training split."""
     tok = config.tokenizer
     max_length = config.data.block_size if config.task == "causal" else config.data.max_length
+    folder = pretrained_folder(config)
+    if folder is not None:  # uptraining: the model folder's own tokenizer (never its code)
+        return load_pretrained_tokenizer(str(folder), config.task, trust_remote_code=False)
     if tok.pretrained:
         tokenizer = load_pretrained_tokenizer(tok.pretrained, config.task, trust_remote_code=config.trust_remote_code)
         if tok.model_max_length:
@@ -191,10 +204,11 @@ def obtain_tokenizer(config: PretrainConfig, train_texts):
 
 def model_config_for(config: PretrainConfig, tokenizer=None):
     """The model config of the run: the preset with the overrides and (given a tokenizer) its vocabulary size and
-    special-token ids; checked against the task and the sequence length."""
-    from ..models.families import families_with_default_task
-    from ..presets import family_of, load_model_config
+    special-token ids; checked against the task and the sequence length. With `model.pretrained`: the folder's."""
+    from ..presets import load_model_config
 
+    if config.model.pretrained is not None:
+        return _checked_model_config(config, pretrained_model_config(config), tokenizer)
     overrides = dict(config.model.overrides)
     if config.model.attention_scoring is not None:
         overrides["attention_scoring"] = config.model.attention_scoring
@@ -208,12 +222,27 @@ def model_config_for(config: PretrainConfig, tokenizer=None):
         overrides.setdefault("vocab_size", ids.pop("vocab_size"))
         ids.pop("vocab_size", None)
         overrides.update(ids)
-    model_config = load_model_config(config.model.preset, **overrides)
+    return _checked_model_config(config, load_model_config(config.model.preset, **overrides))
+
+
+def _checked_model_config(config: PretrainConfig, model_config, tokenizer=None):
+    """`model_config` checked against the task, the sequence length and (from a model folder) the tokenizer."""
+    from ..models.families import families_with_default_task
+    from ..presets import family_of
+
+    where = "model.pretrained" if config.model.pretrained is not None else f"model.preset {config.model.preset!r}"
+    if config.model.pretrained is not None and tokenizer is not None:
+        if len(tokenizer) > model_config.vocab_size:
+            raise ConfigError(f"model.pretrained: its tokenizer has {len(tokenizer)} tokens, more than the model's "
+                              f"vocab_size {model_config.vocab_size}; the folder's tokenizer does not belong to it")
+        if config.task == "masked" and tokenizer.pad_token_id != model_config.pad_token_id:
+            raise ConfigError(f"model.pretrained: the tokenizer's pad id {tokenizer.pad_token_id} is not the model's "
+                              f"pad_token_id {model_config.pad_token_id} (RoBERTa positions start after it)")
     family = family_of(model_config)
     families = families_with_default_task(PRESET_TASKS[config.task])  # the family table's, e.g. ssa_llama, ssa_gpt2
     if family not in families:
         raise ConfigError(
-            f"model.preset {config.model.preset!r} is a {family} model; task {config.task!r} needs a "
+            f"{where} is a {family} model; task {config.task!r} needs a "
             + " or ".join(f"{name} preset" for name in families)
         )
     positions = model_config.max_position_embeddings
@@ -233,22 +262,33 @@ def model_config_for(config: PretrainConfig, tokenizer=None):
 
 
 def build_model_for(config: PretrainConfig, tokenizer):
-    """A freshly initialised model of the preset, with the tokenizer's vocabulary size and special-token ids."""
+    """A freshly initialised model of the preset, with the tokenizer's vocabulary size and special-token ids; or,
+    with `model.pretrained`, the folder's model with its weights."""
     from ..presets import build_model
 
+    if config.model.pretrained is not None:
+        return load_pretrained_model(config, model_config_for(config, tokenizer), PRESET_TASKS[config.task])
     return build_model(
         model_config_for(config, tokenizer), PRESET_TASKS[config.task], attn_implementation=config.model.attn_implementation
     )
 
 
-def parameter_groups(model, weight_decay: float) -> list[dict[str, Any]]:
+def parameter_groups(model, weight_decay: float, scoring_learning_rate: float | None = None) -> list[dict[str, Any]]:
     """AdamW groups as nanoGPT: decay on matrices (>= 2-D: linear layers, embeddings), none on biases, norm
-    weights and scoring parameters (1-D)."""
-    decay, no_decay = [], []
-    for parameter in model.parameters():
-        if parameter.requires_grad:
+    weights and scoring parameters (1-D). With `scoring_learning_rate`, the scoring parameters (b, n, ...) form a
+    third group (no decay) with that peak learning rate; the schedule scales every group alike."""
+    decay, no_decay, scoring = [], [], []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        if scoring_learning_rate is not None and is_scoring(name):
+            scoring.append(parameter)
+        else:
             (decay if parameter.dim() >= 2 else no_decay).append(parameter)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if scoring_learning_rate is not None:
+        groups.append({"params": scoring, "weight_decay": 0.0, "lr": scoring_learning_rate})
+    return groups
 
 
 def make_scheduler(optimizer, config: PretrainConfig):
