@@ -17,7 +17,8 @@ import yaml
 from ..models.settings import card_fields_by_scoring
 from ..models.configuration_common import ScoringConfigMixin
 from ..models.families import FAMILIES, TASKS, FamilySpec
-from ..presets import checkout_folder, count_parameters
+from ..presets import count_parameters
+from ..resources import MODEL_CARDS_ENV, model_cards_dir
 from ..reporting import atomic_write_bytes, atomic_write_json, markdown_table
 from .card_inputs import EvaluationResult, normalize_evaluation, normalize_training
 from .folders import (
@@ -29,7 +30,6 @@ from .folders import (
     task_of,
 )
 
-MODEL_CARDS_ENV = "SSA_HF_MODEL_CARDS_DIR"
 DEFAULT_TEMPLATE = "ssa_model_card.md"
 CARD_INPUTS_FILE = "ssa_hf_card.json"  # what the card was rendered from, so that push can render it again
 REPO_ID_PLACEHOLDER = "path/to/this/checkpoint"
@@ -52,11 +52,6 @@ BIBTEX = """@inproceedings{naim2026ssa,
   eprint    = {2508.14685},
   archivePrefix = {arXiv}
 }"""
-
-
-def model_cards_dir() -> Path:
-    """`$SSA_HF_MODEL_CARDS_DIR`, else `model_cards/` beside the `ssa_hf` package in the repository checkout."""
-    return checkout_folder("model_cards", MODEL_CARDS_ENV, "pass template=PATH")
 
 
 def _architecture_table(config, task: str, spec: FamilySpec) -> str:
