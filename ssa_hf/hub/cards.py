@@ -54,6 +54,15 @@ BIBTEX = """@inproceedings{naim2026ssa,
 }"""
 
 
+def card_template(template: str | os.PathLike | None = None) -> Path:
+    """The card template file (`template`, else model_cards/ssa_model_card.md as shipped), or FileNotFoundError
+    saying what to do. Commands that write a card at their end (pretrain, convert) call it before any work."""
+    path = Path(template) if template else model_cards_dir() / DEFAULT_TEMPLATE
+    if not path.is_file():
+        raise FileNotFoundError(f"model card template {path} does not exist; give an existing template file")
+    return path
+
+
 def _architecture_table(config, task: str, spec: FamilySpec) -> str:
     heads = config.num_attention_heads
     kv = getattr(config, "num_key_value_heads", None) or heads
@@ -296,9 +305,7 @@ def render_model_card(
     training_section, evaluation_section = _training_and_evaluation(training_info, results)
     conversion_table, conversion_note = _conversion_text(conversion)
     learned_table, learned_note = _learned_values(model, folder, config, settings)
-    template_path = Path(template) if template else model_cards_dir() / DEFAULT_TEMPLATE
-    if not template_path.is_file():
-        raise FileNotFoundError(f"model card template {template_path} does not exist")
+    template_path = card_template(template)
     card = ModelCard.from_template(
         card_data,
         template_path=str(template_path),
