@@ -67,7 +67,7 @@ step ssa-hf probe masked/final --zorro-dir zorro --limit 1 --methods holistic --
 step ssa-hf compare eval_causal probe_masked ppl --output-dir compare
 step ssa-hf push causal/final someone/tiny-ssa --dry-run --no-validate-online
 step ssa-hf icl --preset quick --tasks every --scoring softmax,ssa --seeds 0 --steps 2 --eval_batches 1 \
-    --sigmas 1 --lengths 21 --output-dir icl
+    --sigmas 1 12 --lengths 21 --output-dir icl
 step ssa-hf demo --output-dir demo
 step ssa-hf reproduce --scale cpu --plan
 for folder in causal/final masked/final llama_ssa icl demo compare; do [ -e "$folder" ] || { echo "missing $folder" >&2; exit 1; }; done
