@@ -128,11 +128,14 @@ def window_perplexity(
 
 
 def heldout_source(model_dir: str | Path):
-    """The held-out validation texts of the run that produced `model_dir` (from its training_config.yaml)."""
+    """The held-out validation texts of the run that produced `model_dir` (from its training_config.yaml: the run
+    folder's, which names the data as given, when `model_dir` is RUN/final; final/'s own copy holds no absolute
+    local paths, so data outside $SSA_HF_DATA_DIR is named there by file name only)."""
     from ..data.corpus import split_validation
     from ..train.config import load_config
 
-    config_file = Path(model_dir) / "training_config.yaml"
+    run_file = Path(model_dir).parent / "training_config.yaml"
+    config_file = run_file if Path(model_dir).name == "final" and run_file.is_file() else Path(model_dir) / "training_config.yaml"
     if not config_file.is_file():
         raise FileNotFoundError(
             f"{config_file} does not exist: --heldout needs a folder written by `ssa-hf pretrain` (its final/ folder)"
