@@ -142,7 +142,8 @@ class ProbeConfig(YamlConfig):
     limit: pairs per paradigm (default all 2,000).
     batch_size: sentences (pll: masked copies) per model call (default 128).
     device: cpu, cuda, ... (default: cuda if available, else cpu).
-    threads: CPU threads for torch (default: torch's; 1 is much faster on a busy shared machine).
+    threads: CPU threads for torch (default: the free cores, i.e. the cores minus the load average, at least 1;
+        torch's default of every core oversubscribes a busy machine: 5.4x slower than 1 thread, issue 26).
     dtype: float32 (default), bfloat16, float16.
     kind: model kind (default auto, from the config).
     attn_implementation: ssa_auto (default), ssa_eager, ssa_flex, ssa_blockwise.

@@ -257,6 +257,9 @@ def _train_locked(spec: RunSpec, run_dir: Path, device: str, progress: bool, sto
     task = get_task(spec.task)
     bar = tqdm(total=spec.train.steps, initial=state.step, desc=spec.name, disable=not progress, leave=False,
                mininterval=0.5, dynamic_ncols=True, position=position)
+    from ..reporting import ProgressLines
+
+    lines = ProgressLines(logger, enabled=not progress)  # off a terminal: a line every 30 s instead of the bar
     model.train()
     window, window_steps = torch.zeros((), device=accelerator.device), 0
     started = time.perf_counter()
@@ -285,6 +288,7 @@ def _train_locked(spec: RunSpec, run_dir: Path, device: str, progress: bool, sto
             mean = float(window) / window_steps
             state.history.append({"step": state.step, "loss": mean, "points": points})
             bar.set_postfix(loss=f"{mean:.4f}", points=points)
+            lines.update("%s: step %d/%d, loss %.4f", spec.name, state.step, total, mean)
             window, window_steps = torch.zeros((), device=accelerator.device), 0
         bar.update(1)
         if state.step % spec.train.checkpoint_every == 0 or state.step == total:
