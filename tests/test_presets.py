@@ -217,3 +217,11 @@ def test_parameter_counts_stated_in_preset_files_are_the_measured_ones(name):
         assert abs(claimed - measured) <= 0.05 * measured, f"{name}: states ~{value}{unit}, counts {measured:,}"
     for exact in re.findall(r"(?:total\s+=|params \w+`: )\s*([\d,]{4,})", text):
         assert int(exact.replace(",", "")) == measured, f"{name}: states {exact}, counts {measured:,}"
+
+
+def test_params_of_every_preset_prints_no_library_warnings(capfd):
+    """`ssa-hf params` printed transformers' warnings about bos/eos 50256 in icl_paper's 16-token vocabulary."""
+    assert cli(["params"]) == 0
+    captured = capfd.readouterr()
+    assert "| icl_paper |" in captured.out
+    assert "[transformers]" not in captured.err and "bos_token_id" not in captured.err, captured.err
