@@ -70,3 +70,9 @@ def config_file(path: str | os.PathLike) -> Path:
         if shipped.exists():
             return shipped
     return given
+
+
+if __name__ == "__main__":  # `python -m ssa_hf.resources configs|model_cards`: the folder in use, for scripts
+    import sys
+
+    print({"configs": configs_dir, "model_cards": model_cards_dir}[sys.argv[1] if len(sys.argv) > 1 else "configs"]())
