@@ -50,8 +50,11 @@ def deep_merge(base: dict, update: dict) -> dict:
 
 
 def load_yaml(path: str | Path, _seen: tuple = ()) -> dict:
-    """Read a YAML config; `base: FILE` (relative to this file) is loaded first and this file merged over it."""
-    path = Path(path)
+    """Read a YAML config; `base: FILE` (relative to this file) is loaded first and this file merged over it.
+    A path under `configs/` that the working directory lacks is read from the configs shipped with ssa-hf."""
+    from .resources import config_file
+
+    path = config_file(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {str(path)!r} does not exist")
     if path.resolve() in _seen:
@@ -285,10 +288,10 @@ def set_dotted(data: dict, key: str, value: Any) -> None:
         elif not isinstance(node.get(part), dict):
             node[part] = {}
         node = node[part]
-    if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
+    if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict) and not isinstance(value, ReplacingMapping):
         node[parts[-1]] = deep_merge(node[parts[-1]], value)  # --model.overrides k=v adds to the file's mapping
     else:
-        node[parts[-1]] = value
+        node[parts[-1]] = dict(value) if isinstance(value, ReplacingMapping) else value
 
 
 # --------------------------------------------------------------------------------------------------
@@ -296,15 +299,23 @@ def set_dotted(data: dict, key: str, value: Any) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
+class ReplacingMapping(dict):
+    """A mapping given on the command line after `{}`: it replaces the file's mapping instead of merging into it."""
+
+
 class _KeyValues(argparse.Action):
     """`--section.mapping KEY=VALUE [KEY=VALUE ...]` -> {KEY: VALUE, ...} (values parsed as YAML scalars); taking one
     word (`one_word`), each occurrence adds its pair."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        mapping = dict(getattr(namespace, self.dest, None) or {}) if self.nargs is None else {}
+        previous = getattr(namespace, self.dest, None) or {}
+        mapping = type(previous)(previous) if self.nargs is None else {}
         for item in [values] if isinstance(values, str) else values:
+            if item.strip() == "{}":  # replace the file's mapping instead of adding to it
+                mapping = ReplacingMapping()
+                continue
             if "=" not in item:
-                parser.error(f"{option_string} takes KEY=VALUE pairs, got {item!r}")
+                parser.error(f"{option_string} takes KEY=VALUE pairs (or {{}} to drop the file's), got {item!r}")
             key, _, text = item.partition("=")
             mapping[key.strip()] = parse_scalar(text)
         setattr(namespace, self.dest, mapping)

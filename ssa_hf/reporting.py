@@ -139,7 +139,7 @@ def atomic_folder(destination: str | os.PathLike, overwrite: bool = False) -> It
         raise LinkOutsideError(f"{destination} is a symbolic link (to {os.path.realpath(destination)}); ssa-hf "
                                "replaces folders, never what a link points at: remove the link or write elsewhere")
     if destination.exists() and not overwrite:
-        raise DestinationExistsError(f"{destination} already exists; remove it or pass overwrite=True (--overwrite)")
+        raise DestinationExistsError(f"{destination} already exists; remove it or pass overwrite=True")
     destination.parent.mkdir(parents=True, exist_ok=True)
     try:
         tmp = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.tmp-"))
@@ -262,3 +262,23 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+class ProgressLines:
+    """Plain progress lines for a long job whose progress bar is off (no terminal: a log file, CI, a batch job):
+    `update(message, *args)` logs at INFO at most once per `every_s` seconds (the first call always), so that a
+    job printing nothing for minutes says where it is."""
+
+    def __init__(self, logger, enabled: bool, every_s: float = 30.0):
+        import time
+
+        self.logger, self.enabled, self.every_s, self._clock = logger, enabled, every_s, time.monotonic
+        self._last: float | None = None
+
+    def update(self, message: str, *args) -> None:
+        if not self.enabled:
+            return
+        now = self._clock()
+        if self._last is None or now - self._last >= self.every_s:
+            self._last = now
+            self.logger.info(message, *args)

@@ -151,3 +151,15 @@ def test_evaluation_options_come_from_the_config_classes_and_take_one_word(tmp_p
     path.write_text("num_fewshots: 1\n")
     with pytest.raises(ValueError, match="unknown config key 'num_fewshots'; did you mean 'num_fewshot'"):
         config_from_args(EvalConfig, parse_args(["eval", "m", "--config", str(path)]))
+
+
+def test_accelerate_launch_with_the_single_process_cpu_config_prints_no_defaults_block(tmp_path):
+    """docs/pretraining.md: with configs/accelerate/cpu.yaml accelerate states nothing of its own (without a config
+    it prints the block of defaults it picked)."""
+    accelerate = os.path.join(os.path.dirname(sys.executable), "accelerate")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    command = [accelerate, "launch", "--config_file", str(REPO / "configs" / "accelerate" / "cpu.yaml"),
+               "--num_cpu_threads_per_process", "1", "-m", "ssa_hf.cli", "--help"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0 and "usage: ssa-hf" in result.stdout
+    assert "were not passed to `accelerate launch`" not in result.stdout + result.stderr

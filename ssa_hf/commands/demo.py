@@ -12,5 +12,5 @@ def run(args) -> int:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("demo", help="attention collapse under softmax vs SSA, in numbers and a plot")
-    parser.add_argument("--output-dir", default="outputs/demo", help="folder for demo.json, demo.md, demo.png")
+    parser.add_argument("--output-dir", default="outputs/demo", help="folder for demo.json, demo.md, demo.png (default: outputs/demo)")
     parser.set_defaults(func=run)

@@ -111,7 +111,10 @@ def train_bpe_tokenizer(
     else:
         backend.post_processor = processors.ByteLevel(trim_offsets=False)
     kwargs = dict(SPECIAL_TOKENS, **({"mask_token": MASK_TOKEN} if task == "masked" else {}))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, model_max_length=model_max_length or int(1e30), **kwargs)
+    # a causal LM's batches are padded on the left, as batched `generate` needs (the new tokens follow the last real
+    # one); training packs blocks and evaluation pads by itself, so only users' batches see the side
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, model_max_length=model_max_length or int(1e30),
+                                        padding_side="left" if task == "causal" else "right", **kwargs)
     return tokenizer
 
 

@@ -19,7 +19,7 @@ import logging
 import random
 import time
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -338,6 +338,10 @@ def run_probe(config: ProbeConfig, progress: bool = True) -> ProbeResults:
     import ssa_hf
 
     start = time.time()
+    if config.threads is None:  # many small batches: threads beyond the free cores only contend
+        from ..devices import free_cpu_threads
+
+        config = replace(config, threads=free_cpu_threads())
     model_name, is_local = start_model_run(config)
     folder = resolve_zorro_dir(config.zorro_dir, config.version)
     data = load_zorro(folder, config.paradigms, config.limit)
@@ -354,7 +358,10 @@ def run_probe(config: ProbeConfig, progress: bool = True) -> ProbeResults:
     pair_scores: dict[str, dict[str, list]] = {}
     from tqdm.auto import tqdm
 
-    for paradigm in tqdm(list(data), desc=f"zorro ({name})", unit="paradigm", disable=not progress):
+    for index, paradigm in enumerate(tqdm(list(data), desc=f"zorro ({name})", unit="paradigm", disable=not progress)):
+        if not progress:  # off a terminal, a plain line per paradigm (a full run takes minutes)
+            log.info("zorro (%s): paradigm %d/%d %s (%d pairs), %.0f s so far", name, index + 1, len(data), paradigm,
+                     len(data[paradigm]), time.time() - start)
         pairs = data[paradigm]
         bad = [b for b, _ in pairs]
         good = [g for _, g in pairs]
@@ -377,6 +384,7 @@ def run_probe(config: ProbeConfig, progress: bool = True) -> ProbeResults:
         "methods": methods,
         "model_kind": kind,
         "batch_size": int(config.batch_size),
+        "threads": int(config.threads),
         "device": str(next(model.parameters()).device),
         "dtype": config.dtype,
         "attn_implementation": getattr(model.config, "_attn_implementation", None),

@@ -19,9 +19,8 @@ from ..models.families import FAMILIES, FamilySpec, source_families
 from ..presets import check_config_fields, config_field_names
 from ..reporting import DestinationExistsError, atomic_folder, atomic_write_json
 from ..models.settings import OLD_NAMES
-from .cards import SCORING_FIELDS, scoring_settings, write_model_card
+from .cards import SCORING_FIELDS, card_template, scoring_settings, write_model_card
 from .folders import read_config_json, safe_weights_kwargs
-
 from .matched import INITS, MATCHED_B, check_matched_request, matched_settings, matched_tolerance
 
 logger = logging.getLogger("ssa_hf.hub")
@@ -163,7 +162,7 @@ def _check_request(src: Path, dst: Path, dtype: str, overwrite: bool, scoring_kw
     if dst == src or src in dst.parents:
         raise ValueError(f"destination {dst} must be outside the source folder {src}")
     if dst.exists() and not overwrite:
-        raise DestinationExistsError(f"{dst} already exists; remove it or pass overwrite=True (--overwrite)")
+        raise DestinationExistsError(f"{dst} already exists; remove it or pass overwrite=True")
     if dtype != "auto" and dtype not in DTYPES:
         raise ValueError(f"dtype must be 'auto' or one of {list(DTYPES)}, got {dtype!r}")
     unknown = sorted(set(scoring_kwargs) - SCORING_FIELDS - set(OLD_NAMES))  # old names (ssa_granularity) still work
@@ -258,9 +257,9 @@ def _output_check(source: _Source, target, matched: bool = False) -> dict[str, A
     if must_match and not diff <= tolerance:
         raise ConversionError(f"the converted softmax model's outputs differ from the source's by {diff:.3g} "
                               f"(tolerance {tolerance:.3g}): the weights did not map correctly")
-    logger.info("output check: max |difference| to the source %.3g (%s)", diff,
-                "softmax-matched SSA" if matched else "must match" if must_match else
-                "scoring changed, differences expected")
+    logger.debug("output check: max |difference| to the source %.3g (%s)", diff,
+                 "softmax-matched SSA" if matched else "must match" if must_match else
+                 "scoring changed, differences expected")
     return {"performed": True, "max_abs_diff": diff, "reference_max_abs": scale,
             "must_match": must_match, "tolerance": tolerance if must_match else None}
 
@@ -326,6 +325,8 @@ def convert_checkpoint(
     init_record = _init_settings(init, matched_b, attention_scoring, scoring_kwargs, check_outputs)
     if init == "matched":
         scoring_kwargs = {**scoring_kwargs, **matched_settings(init_record["b"])}
+    if card:
+        card_template()  # the card is written last: a missing template fails before any work
     source = _read_source(src)
     if init == "matched" and source.is_ssa and not source.model.config.uses_softmax_only:
         raise ConversionError(f"{src} does not use softmax (attention_scoring={source.model.config.attention_scoring!r}); "

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from ..reporting import atomic_folder, atomic_write_json, remove_stale_temporaries
+from ..reporting import ProgressLines, atomic_folder, atomic_write_json, remove_stale_temporaries
 from ..train.checkpoint import verify_checkpoint, write_manifest
 from ..train.lock import RunLock
 from ..train.state import NonFiniteError, capture_state, load_state, non_finite_tensors, read_process_json, write_state
@@ -231,9 +231,17 @@ def train_run(
         return _train_locked(spec, Path(run_dir), device, progress, stop_at, position)
 
 
+def _progress(spec: RunSpec, step: int, progress: bool, position: int):
+    """The run's progress bar on a terminal, and off one a plain line at most every 30 s (`ProgressLines`)."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=spec.train.steps, initial=step, desc=spec.name, disable=not progress, leave=False,
+               mininterval=0.5, dynamic_ncols=True, position=position)
+    return bar, ProgressLines(logger, enabled=not progress)
+
+
 def _train_locked(spec: RunSpec, run_dir: Path, device: str, progress: bool, stop_at: int | None, position: int):
     from accelerate import Accelerator
-    from tqdm.auto import tqdm
     from transformers import get_constant_schedule_with_warmup
 
     accelerator = Accelerator(cpu=device == "cpu", mixed_precision=spec.train.mixed_precision)
@@ -255,8 +263,7 @@ def _train_locked(spec: RunSpec, run_dir: Path, device: str, progress: bool, sto
 
     total = spec.train.steps if stop_at is None else min(spec.train.steps, stop_at)
     task = get_task(spec.task)
-    bar = tqdm(total=spec.train.steps, initial=state.step, desc=spec.name, disable=not progress, leave=False,
-               mininterval=0.5, dynamic_ncols=True, position=position)
+    bar, lines = _progress(spec, state.step, progress, position)
     model.train()
     window, window_steps = torch.zeros((), device=accelerator.device), 0
     started = time.perf_counter()
@@ -285,6 +292,7 @@ def _train_locked(spec: RunSpec, run_dir: Path, device: str, progress: bool, sto
             mean = float(window) / window_steps
             state.history.append({"step": state.step, "loss": mean, "points": points})
             bar.set_postfix(loss=f"{mean:.4f}", points=points)
+            lines.update("%s: step %d/%d, loss %.4f", spec.name, state.step, total, mean)
             window, window_steps = torch.zeros((), device=accelerator.device), 0
         bar.update(1)
         if state.step % spec.train.checkpoint_every == 0 or state.step == total:

@@ -46,7 +46,8 @@ def plan(config: ReproduceConfig) -> list[str]:
     for name, experiment in config.icl.items():
         icl = icl_config(experiment, config)
         m, t = icl.model, icl.train
-        lines.append(f"icl {name}: tasks {icl.tasks}, scoring {icl.attention_scoring} x {len(icl.seeds)} seeds "
+        seeds = f"{len(icl.seeds)} seed{'s' if len(icl.seeds) != 1 else ''}"
+        lines.append(f"icl {name}: tasks {icl.tasks}, scoring {icl.attention_scoring} x {seeds} "
                      f"({len(icl.tasks) * len(icl.attention_scoring) * len(icl.seeds)} runs): {m.layers} layers, {m.heads} heads, "
                      f"width {m.width}, {t.steps} steps, batch {t.batch_size}; primary: {icl.stats.primary.describe()}")
     for kind in ("masked", "causal"):
@@ -56,7 +57,8 @@ def plan(config: ReproduceConfig) -> list[str]:
         for spec in lm_specs(kind, experiment, config, Path("OUTPUT")):
             train = spec["train"]
             overrides = train.get("model", {}).get("overrides", {})
-            lines.append(f"{kind} {spec['arm']} seed {spec['seed']}: preset {train['model']['preset']} {overrides or ''}, "
+            shape = f" {overrides}" if overrides else ""
+            lines.append(f"{kind} {spec['arm']} seed {spec['seed']}: preset {train['model']['preset']}{shape}, "
                          f"{train['max_steps']} steps, evaluations {sorted(k for k, v in experiment.evaluation.items() if v)}")
         for claim, endpoint in experiment.primary.items():
             lines.append(f"{kind} claim {claim}: primary {endpoint.metric}, {experiment.treatment} minus "

@@ -111,8 +111,10 @@ def results_markdown(summary: dict) -> str:
         lines[4:4] = ["- Tabulated with `--report-only`: nothing ran in this call; the table holds the runs that finished "
                       "in earlier calls (their logs and timings are in the output folder)."]
     if summary.get("pending"):
+        again = ("Run it without --report-only to train them (finished runs are reused)." if summary.get("report_only")
+                 else "The same command resumes and reuses every finished run.")
         lines += [f"**Partial:** not finished yet: {', '.join(summary['pending'])} (fewer than 2 paired seeds, or the "
-                  "experiment is still running). The same command resumes and reuses every finished run.", ""]
+                  f"experiment is still running). {again}", ""]
     lines += [
         "The paper's figures come from REFERENCE.md (ssa_hf/evaluation/compare.py PAPER_FIGURES); the ICL claims "
         "are qualitative there (plots, no table). Our models are far smaller and trained far shorter than the "

@@ -246,6 +246,7 @@ class PretrainConfig:
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> PretrainConfig:
     """A `PretrainConfig` from a YAML file (or the defaults) with dotted-key overrides applied, validated."""
     data = load_yaml(path) if path is not None else {}
+    from_file = dict((data.get("model") or {}).get("overrides") or {}) if isinstance(data.get("model"), dict) else {}
     for key, value in (overrides or {}).items():
         set_dotted(data, key, value)
     where = str(path) if path is not None else "config"
@@ -254,7 +255,33 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         config.validate()
     except ValueError as error:  # ConfigError, and the checks of the data and tokenizer sections
         raise ConfigError(f"{where}: {error}") from None
+    check_model_overrides(config, where, from_file, dict((overrides or {}).get("model.overrides") or {}))
     return config
+
+
+def check_model_overrides(config: PretrainConfig, where: str, from_file: dict, from_command_line: dict) -> None:
+    """model.overrides are merged key by key: the file's (with its `base:` files'), then `--model.overrides KEY=VALUE`
+    (a key given there wins); `--model.overrides {}` drops the file's. A key the preset's family lacks (e.g. after
+    `--model.preset tiny_gpt2` on a Llama config) is refused here, saying where it came from."""
+    from ..presets import config_field_names, load_preset
+
+    try:
+        preset = load_preset(config.model.preset)
+    except (FileNotFoundError, ValueError):
+        return  # model_config_for reports a missing or bad preset with its own message
+    known = config_field_names(preset.config_class)
+    unknown = [k for k in config.model.overrides if k not in known]
+    if not unknown:
+        return
+    origin = lambda key: ("--model.overrides" if key in from_command_line  # noqa: E731
+                          else f"{where} (model.overrides, with its base: files)" if key in from_file else "the config")
+    listed = "; ".join(f"{k} from {origin(k)}" for k in unknown)
+    raise ConfigError(
+        f"model.overrides has fields that {preset.config_class.__name__} (preset {preset.name!r}, family "
+        f"{preset.family}) does not define: {listed}. The file's overrides and --model.overrides are merged key by "
+        "key; to switch the model family from the command line drop the file's with `--model.overrides {}` "
+        "(and give the new family's fields after it, e.g. `--model.overrides {} n_embd=64`)"
+    )
 
 
 NON_CONFIG_ARGS = ("config", "func", "command", "verbose")

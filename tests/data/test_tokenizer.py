@@ -29,6 +29,15 @@ def test_roberta_style_special_tokens(masked_tokenizer, causal_tokenizer):
     assert special_token_ids(masked_tokenizer) == {"vocab_size": 320, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}
 
 
+def test_causal_tokenizers_pad_on_the_left_and_keep_it_when_saved(tmp_path, causal_tokenizer, masked_tokenizer):
+    """Batched generate needs left padding; the trained causal tokenizer padded on the right."""
+    batch = causal_tokenizer(["the cat", "every child likes the ball ."], padding=True)
+    assert batch["attention_mask"][0][0] == 0 and batch["attention_mask"][0][-1] == 1
+    causal_tokenizer.save_pretrained(tmp_path / "causal")
+    assert AutoTokenizer.from_pretrained(tmp_path / "causal").padding_side == "left"
+    assert masked_tokenizer.padding_side == "right"
+
+
 def test_masked_inputs_are_wrapped_and_causal_inputs_are_not(masked_tokenizer, causal_tokenizer):
     ids = masked_tokenizer("the cat sees the ball .")["input_ids"]
     assert ids[0] == 0 and ids[-1] == 2 and len(ids) > 3

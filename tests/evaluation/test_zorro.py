@@ -144,6 +144,8 @@ def test_masked_lm_run_writes_all_23_paradigms(masked_dir, zorro_root, tmp_path)
     assert results.paradigms[first]["pll"]["correct"] == sum(g > b for b, g in bad_good)
     text = (tmp_path / "probe.md").read_text()
     assert "| paradigm | holistic | pll |" in text and "**mean**" in text
+    # the default tie rule, as run (the page said "ties count as wrong" under every rule)
+    assert "ties broken at random" in text and "count as wrong" not in text
     assert (tmp_path / "probe.png").stat().st_size > 1000
 
 
@@ -166,3 +168,42 @@ def test_method_that_does_not_fit_the_model(ssa_causal_dir, zorro_root):
                               paradigms=[ZORRO_PARADIGMS[0]]), progress=False)
     with pytest.raises(ValueError, match="unknown scoring method 'mean'"):
         ProbeConfig(model="m", zorro_dir="z", methods=["mean"]).validate()
+
+
+def test_probe_sizes_its_threads_to_the_free_cores_and_logs_lines_off_a_terminal(masked_dir, zorro_root, tmp_path,
+                                                                                  monkeypatch, caplog):
+    import os
+
+    from ssa_hf.devices import free_cpu_threads
+
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(os, "getloadavg", lambda: (50.0, 50.0, 50.0))  # a machine busy with other jobs
+    assert free_cpu_threads() == 1
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert free_cpu_threads() == cores
+    monkeypatch.setattr(os, "getloadavg", lambda: (50.0, 50.0, 50.0))
+    before = torch.get_num_threads()
+    try:
+        with caplog.at_level("INFO", logger="ssa_hf.evaluation.zorro"):
+            results = run_probe(ProbeConfig(model=str(masked_dir), zorro_dir=str(zorro_root), device="cpu", limit=1,
+                                            paradigms=list(ZORRO_PARADIGMS[:2]), methods=["holistic"]), progress=False)
+    finally:
+        torch.set_num_threads(before)
+    assert results.settings["threads"] == 1
+    lines = [r.getMessage() for r in caplog.records if "paradigm" in r.getMessage()]
+    assert len(lines) == 2 and lines[1].startswith(f"zorro ({results.name}): paradigm 2/2 {ZORRO_PARADIGMS[1]}")
+
+
+def test_progress_lines_are_spaced_in_time(caplog):
+    import logging
+
+    from ssa_hf.reporting import ProgressLines
+
+    clock = iter([0.0, 10.0, 31.0, 40.0])
+    lines = ProgressLines(logging.getLogger("ssa_hf.test"), enabled=True, every_s=30)
+    lines._clock = lambda: next(clock)
+    with caplog.at_level("INFO", logger="ssa_hf.test"):
+        for step in range(4):
+            lines.update("step %d", step)
+        ProgressLines(logging.getLogger("ssa_hf.test"), enabled=False).update("never")
+    assert [r.getMessage() for r in caplog.records] == ["step 0", "step 2"]

@@ -177,3 +177,12 @@ def test_gpt2_backbone_reads_values_without_slot_flag_and_trains(tmp_path):
         ICLModel_of("ssa", backbone="gpt2", attention_only=True)
     with pytest.raises(ValueError, match="unknown backbone 'bert'"):
         ICLModel_of("ssa", backbone="bert")
+
+
+def test_training_off_a_terminal_logs_plain_progress_lines(tmp_path, caplog):
+    """Without a progress bar (a log file, a batch job) a run says where it is: its first logged step at once, then
+    at most one line every 30 s."""
+    with caplog.at_level("INFO", logger="ssa_hf.icl"):
+        train_run(tiny_spec(steps=4, log_every=1), tmp_path / "run", device="cpu", progress=False)
+    lines = [r.getMessage() for r in caplog.records if ": step " in r.getMessage()]
+    assert lines and lines[0].startswith("every-ssa-seed0: step 1/4, loss ")

@@ -27,6 +27,17 @@ def test_shipped_scales_load_and_declare_every_primary(scale):
     assert any(line.startswith("icl every") for line in lines) and any("causal claim lm_eval" in line for line in lines)
 
 
+def test_the_plan_reads_as_written():
+    """'1 seeds' and 'preset babyberta , 160000 steps' (no overrides) in the plan; the help's time is the docs'."""
+    config = load_config(scale_config_path("paper"))
+    config.icl["every"].config["seeds"] = [0]
+    lines = plan(config)
+    assert any("x 1 seed (" in line for line in lines) and not any(" , " in line for line in lines)
+    from ssa_hf.commands.reproduce import SUMMARY
+
+    assert "37 min" in SUMMARY and "37 min" in (REPO / "docs" / "reproduce.md").read_text()
+
+
 def test_the_every_experiment_has_the_temperature_matched_control():
     config = load_config(scale_config_path("cpu"))
     assert "temperature" in icl_config(config.icl["every"], config).attention_scoring

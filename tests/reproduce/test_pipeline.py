@@ -118,7 +118,10 @@ def test_report_only_and_a_partial_table(finished):
         result.with_suffix(".away").rename(result)
     assert summary["pending"] == ["causal_perplexity", "causal_lm_eval"]
     assert {c["id"] for c in summary["claims"]} == {"icl_every", "masked_zorro"}
-    assert "**Partial:** not finished yet: causal_perplexity, causal_lm_eval" in (out / "RESULTS.md").read_text()
+    text = (out / "RESULTS.md").read_text()
+    assert "**Partial:** not finished yet: causal_perplexity, causal_lm_eval" in text
+    # nothing ran: the way on is a run without --report-only, not "the same command resumes"
+    assert "without --report-only" in text and "The same command resumes" not in text
 
 
 def test_a_folder_trained_with_other_settings_is_refused(finished):

@@ -134,3 +134,31 @@ def test_tiny_configs_full_run(name, tmp_path):
     evals = [r["eval_loss"] for r in result.log_history if "eval_loss" in r]
     first_loss = next(r["loss"] for r in result.log_history if "loss" in r)
     assert result.steps == result.metrics["max_steps"] and evals[-1] < first_loss - 0.5
+
+
+def _parsed(*argv):
+    import argparse
+
+    from ssa_hf.train.config import add_pretrain_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_pretrain_arguments(parser)
+    return config_from_args(parser.parse_args(["--config", "configs/pretrain/tiny_causal.yaml", *argv]))
+
+
+def test_model_overrides_merge_and_say_where_an_offending_key_came_from(monkeypatch):
+    """A Llama pretraining config could not switch to a GPT-2 preset from the command line: the file's overrides
+    were merged in and the error did not say they came from the file. Merge key by key; `{}` drops the file's."""
+    from ssa_hf.options import ConfigError
+
+    from ..conftest import REPO
+
+    monkeypatch.chdir(REPO)
+    merged = _parsed("--model.overrides", "hidden_size=32")
+    assert merged.model.overrides["hidden_size"] == 32 and merged.model.overrides["num_key_value_heads"] == 2
+    with pytest.raises(ConfigError, match=r"intermediate_size from configs/pretrain/tiny_causal.yaml \(model.overrides"
+                                          r".*--model.overrides \{\}"):
+        _parsed("--model.preset", "tiny_gpt2")
+    assert _parsed("--model.preset", "tiny_gpt2", "--model.overrides", "{}", "n_embd=64").model.overrides == {"n_embd": 64}
+    with pytest.raises(ConfigError, match="bogus from --model.overrides"):
+        _parsed("--model.preset", "tiny_gpt2", "--model.overrides", "{}", "bogus=1")
