@@ -48,8 +48,15 @@ NATIVE_SOURCE = MATH_SOURCE + KERNEL_SOURCE
 # -fopenmp: at::parallel_for is a template in ATen's headers whose OpenMP region is compiled into this library;
 # without the flag it silently becomes a serial loop (one core whatever torch.set_num_threads says).  Nothing is
 # linked for it: the GOMP symbols resolve to the OpenMP runtime torch has loaded, so there is one thread pool.
-FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast"]
 FLAGS_PORTABLE = ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast"]
+FLAGS = FLAGS_PORTABLE[:1] + ["-march=native"] + FLAGS_PORTABLE[1:]
+# The vectorised per-score passes (at::vec::Vectorized<float>) take their width from ATen's CPU_CAPABILITY macros,
+# which torch sets per kernel file and an extension must set itself; -march=native alone leaves Vectorized on its
+# scalar fallback.  GCC prefers 256-bit vectors on AVX-512 cores unless told otherwise (its own loops too).
+_AVX512_FEATURES = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
+_AVX2_FEATURES = ("avx2", "fma", "f16c")
+FLAGS_AVX512 = ["-mprefer-vector-width=512", "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512"]
+FLAGS_AVX2 = ["-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"]
 
 _LOCK = threading.Lock()
 _STATE = {"ops": None, "tried": False, "off_warned": False}
@@ -88,6 +95,25 @@ def _cpu_signature():
         return "".join(sorted(set(lines)))
     except OSError:
         return platform.processor()
+
+
+def _cpu_features():
+    """The CPU's feature flags (x86 /proc/cpuinfo), empty where unknown."""
+    for line in _cpu_signature().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def native_flags(features=None):
+    """Compiler flags of the -march=native build: the vector width of the per-score passes from the CPU's
+    features (AVX-512: 16 lanes, AVX2: 8; otherwise the portable scalar passes only)."""
+    features = _cpu_features() if features is None else set(features)
+    if platform.machine() in ("x86_64", "AMD64") and all(f in features for f in _AVX512_FEATURES):
+        return FLAGS + FLAGS_AVX512
+    if platform.machine() in ("x86_64", "AMD64") and all(f in features for f in _AVX2_FEATURES):
+        return FLAGS + FLAGS_AVX2
+    return list(FLAGS)
 
 
 def _is_private(st):
@@ -181,7 +207,7 @@ def _build_key(flags):
 
 def _load():
     errors = []
-    for flags in (FLAGS, FLAGS_PORTABLE):
+    for flags in (native_flags(), FLAGS_PORTABLE):
         key = _build_key(flags)
         namespace = f"ssa_hf_native_{key}"
         try:

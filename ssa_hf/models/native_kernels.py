@@ -219,10 +219,10 @@ struct Backward {
             float* srow = S + r * P.bk;
             float* drow = dP + r * P.bk;
             float acc;
-            if (P.b) acc = rw.mask ? bwd_row<true, true>(srow, drow, rw.mask, rw.cend, P.scale, b, n, L, d)
-                                   : bwd_row<true, false>(srow, drow, nullptr, rw.cend, P.scale, b, n, L, d);
-            else acc = rw.mask ? bwd_row<false, true>(srow, drow, rw.mask, rw.cend, P.scale, b, n, L, d)
-                               : bwd_row<false, false>(srow, drow, nullptr, rw.cend, P.scale, b, n, L, d);
+            if (P.b) acc = rw.mask ? bwd_row_path<true, true>(srow, drow, rw.mask, rw.cend, P.scale, b, n, L, d)
+                                   : bwd_row_path<true, false>(srow, drow, nullptr, rw.cend, P.scale, b, n, L, d);
+            else acc = rw.mask ? bwd_row_path<false, true>(srow, drow, rw.mask, rw.cend, P.scale, b, n, L, d)
+                               : bwd_row_path<false, false>(srow, drow, nullptr, rw.cend, P.scale, b, n, L, d);
             for (int64_t cc = rw.cend; cc < C; ++cc) { srow[cc] = 0.0f; drow[cc] = 0.0f; }
             dn_acc += acc;
             any = any || rw.cend > 0;
@@ -394,9 +394,45 @@ int64_t ssa_parallel_width(int64_t n) {
 // The number of parallel regions the forward and backward kernels have opened in this process (tests).
 int64_t ssa_parallel_regions() { return g_regions.load(); }
 
+// Lanes of the vectorised per-score passes this build holds (16: AVX-512, 8: AVX2, 0: portable only), and a switch
+// to the portable passes (tests run both paths against the float64 oracle); returns the lanes in use.
+int64_t ssa_vector_lanes() { return vector_lanes(); }
+// The per-score pass alone, in place on a float32 [R, C] tile (the path in use): forward (dp empty) S -> P =
+// 2^(g2 - off log2 e), returning the row sums; backward S -> P, dp -> dS, returning the rows' sum(dg g).  For
+// the accuracy test against float64 and the per-score timing of bench_attention.py.
+at::Tensor ssa_score_pass(at::Tensor s, at::Tensor dp, double scale, double b, double n, double off, double d,
+                          bool ssa) {
+  TORCH_CHECK(s.scalar_type() == at::kFloat && s.dim() == 2 && s.is_contiguous(), "score_pass: contiguous 2-D float32");
+  const bool bwd = dp.numel() > 0;
+  TORCH_CHECK(!bwd || (dp.sizes() == s.sizes() && dp.scalar_type() == at::kFloat && dp.is_contiguous()),
+              "score_pass: dp like s");
+  const int64_t R = s.size(0), C = s.size(1);
+  at::Tensor out = at::empty({R}, s.options());
+  float* S = s.data_ptr<float>();
+  float* dP = bwd ? dp.data_ptr<float>() : nullptr;
+  for (int64_t r = 0; r < R; ++r) {
+    float* row = S + r * C;
+    float res;
+    if (bwd) res = ssa ? bwd_row_path<true, false>(row, dP + r * C, nullptr, C, scale, b, n, off, d)
+                       : bwd_row_path<false, false>(row, dP + r * C, nullptr, C, scale, b, n, off, d);
+    else res = ssa ? fwd_row_path<true, false>(row, nullptr, C, C, scale, b, n, off)
+                   : fwd_row_path<false, false>(row, nullptr, C, C, scale, b, n, off);
+    out.data_ptr<float>()[r] = res;
+  }
+  return out;
+}
+
+int64_t ssa_set_portable(bool portable) {
+  g_portable.store(portable);
+  return vector_path() ? vector_lanes() : 0;
+}
+
 TORCH_LIBRARY(SSA_HF_NS, m) {
   m.def("parallel_width", &ssa_parallel_width);
   m.def("parallel_regions", &ssa_parallel_regions);
+  m.def("vector_lanes", &ssa_vector_lanes);
+  m.def("set_portable", &ssa_set_portable);
+  m.def("score_pass", &ssa_score_pass);
   m.def("forward", &ssa_fused_forward);
   m.def("backward", &ssa_fused_backward);
 }

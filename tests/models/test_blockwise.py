@@ -13,17 +13,22 @@ from ssa_hf.models.blockwise import blockwise_attention
 from . import oracle
 
 
-@pytest.fixture(autouse=True, params=["native", "torch"])
+@pytest.fixture(autouse=True, params=["native", "portable", "torch"])
 def kernel(request):
-    """Every test runs twice: on the fused C++ kernel (the fast path users get) and on the torch path (float64,
-    and the fallback where no compiler works).  The native run fails, rather than silently testing torch twice,
-    when the kernel cannot be built."""
-    native.set_native_enabled(request.param == "native")
+    """Every test runs three times: on the fused C++ kernel with its vectorised per-score passes (the fast path
+    users get; at::vec, 16 lanes on AVX-512), on the same kernel forced onto its portable scalar passes (what
+    CPUs without AVX2 run), and on the torch path (float64, and the fallback where no compiler works).  The
+    native runs fail, rather than silently testing torch, when the kernel cannot be built."""
+    native.set_native_enabled(request.param != "torch")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "the fused kernel is off" (said once per process)
         loaded = native.load_kernels()
-    assert (loaded is not None) == (request.param == "native"), "the fused CPU kernel did not build"
+    assert (loaded is not None) == (request.param != "torch"), "the fused CPU kernel did not build"
+    if loaded is not None:
+        loaded.set_portable(request.param == "portable")
     yield request.param
+    if loaded is not None:
+        loaded.set_portable(False)
     native.set_native_enabled(None)
 
 
