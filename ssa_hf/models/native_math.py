@@ -243,8 +243,8 @@ inline __attribute__((always_inline)) Vec recip_ge1(Vec y) {
   return r * at::vec::fnmadd(y, r, Vec(2.0f));
 }
 
-// log2(y) for finite y >= 1 (absolute error < 1e-7, what P = 2^(g - offset) sees)
-inline __attribute__((always_inline)) Vec vlog2_ge1(Vec y) {
+// log2(y) for y = 1 + u, finite u >= 0 (absolute error < 1e-7, what P = 2^(g - offset) sees)
+inline __attribute__((always_inline)) Vec vlog2_1p(Vec u, Vec y) {
 #if defined(CPU_CAPABILITY_AVX512)
   // y = 2^e m, m in [1, 2) (getexp, getmant); the top four mantissa bits pick c = 1 + i/16 from a 16-entry table
   // held in one register (permutexvar reads the low four bits of each index): log2(m) = log2(c) + log2(1 + r),
@@ -260,8 +260,10 @@ inline __attribute__((always_inline)) Vec vlog2_ge1(Vec y) {
       0.584962501f, 0.643856190f, 0.700439718f, 0.754887502f, 0.807354922f, 0.857980995f, 0.906890596f,
       0.954196310f));
   // r from m * (1/c) rounded to float: the table's 1/c is rounded too, so r carries ~6e-8 relative error of m/c,
-  // absorbed below the 1e-7 target
-  const Vec r(_mm512_fmsub_ps(m, inv_c, _mm512_set1_ps(1.0f)));
+  // absorbed below the 1e-7 target.  Below 1 + 1/16 (c = 1) r is u itself, exact where y's rounding is not
+  // (log1p's accuracy for tiny b|x|)
+  const __m512 r0 = _mm512_fmsub_ps(m, inv_c, _mm512_set1_ps(1.0f));
+  const Vec r(_mm512_mask_mov_ps(r0, _mm512_cmp_ps_mask(y, _mm512_set1_ps(1.0625f), _CMP_LT_OQ), u));
   Vec p(-1.0f / 6);
   p = at::vec::fmadd(p, r, Vec(1.0f / 5));
   p = at::vec::fmadd(p, r, Vec(-1.0f / 4));
@@ -271,6 +273,7 @@ inline __attribute__((always_inline)) Vec vlog2_ge1(Vec y) {
   return at::vec::fmadd(p * r, Vec(kLog2e), Vec(_mm512_add_ps(e, log2_c)));
 #else
   // the split and polynomial of log2_ge1, on 8 lanes
+  (void)u;
   const VecI adj = bits_of(y) + VecI(0x3f800000 - 0x3f3504f3);
   const Vec e2 = at::vec::convert_to_fp_of_same_size<float>((adj >> VecI(23)) - VecI(127));
   const Vec x = float_of((adj & VecI(0x007fffff)) + VecI(0x3f3504f3)) - Vec(1.0f);
@@ -344,7 +347,10 @@ struct FwdLanes {
   inline __attribute__((always_inline)) Vec operator()(Vec v, const uint8_t* mrow, int64_t cnt) const {
     const Vec x = v * scale;
     Vec g;
-    if constexpr (SSA) g = with_sign_of(n * vlog2_ge1(at::vec::fmadd(b, x.abs(), Vec(1.0f))), x);
+    if constexpr (SSA) {
+      const Vec u = b * x.abs();
+      g = with_sign_of(n * vlog2_1p(u, u + Vec(1.0f)), x);
+    }
     else g = x * Vec(kLog2e);
     Vec e = vexp2_le0((g - o2) - o2lo);
     if constexpr (MASK) e = e & vvisible(mrow, cnt);
@@ -383,8 +389,9 @@ struct BwdLanes {
                                                         Vec* ds_out, Vec* dgg) const {
     const Vec x = v * scale;
     if constexpr (SSA) {
-      const Vec y = at::vec::fmadd(b, x.abs(), Vec(1.0f));
-      const Vec g = with_sign_of(n * vlog2_ge1(y), x);
+      const Vec u = b * x.abs();
+      const Vec y = u + Vec(1.0f);
+      const Vec g = with_sign_of(n * vlog2_1p(u, y), x);
       Vec p = vexp2_le0((g - L2) - L2lo);
       if constexpr (MASK) p = p & vvisible(mrow, cnt);
       const Vec dg = p * (dp - d);

@@ -218,3 +218,82 @@ def test_one_parallel_region_per_call(batch, kv_heads, length, keys, regions):
     # and no other region: the counted helper is the source's only at::parallel_for
     source = native_math.MATH_SOURCE + native_kernels.KERNEL_SOURCE
     assert source.count("at::parallel_for(") == 1
+
+
+def _cpu_flags():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def test_vector_width_follows_the_cpu_and_is_in_the_cache_key():
+    """An AVX-512 CPU gets the 16-lane passes, built 512-wide; AVX2 the 8-lane ones; the flags (hence the code
+    path) are part of the build's cache key."""
+    flags = native.native_flags()
+    cpu = _cpu_flags()
+    ops = native.load_kernels()
+    assert ops is not None, "the fused CPU kernel did not build"
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= cpu:
+        assert "-mprefer-vector-width=512" in flags and "-DCPU_CAPABILITY_AVX512" in flags
+        assert ops.vector_lanes() == 16
+    elif {"avx2", "fma"} <= cpu:
+        assert "-DCPU_CAPABILITY_AVX2" in flags and ops.vector_lanes() == 8
+    assert native.native_flags({"avx2", "fma", "f16c"}) != native.native_flags(set()) or not cpu
+    keys = {native._build_key(native.native_flags(f)) for f in ({"avx2", "fma", "f16c"}, set(),
+                                                                  {"avx512f", "avx512bw", "avx512vl", "avx512dq"})}
+    assert len(keys) == 3
+
+
+def _score_pass_reference(s, scale, b, n, off, d, dp, ssa):
+    x = s.double() * scale
+    g = torch.copysign(n * torch.log1p(b * x.abs()), x) if ssa else x
+    p = torch.exp(g - off)
+    ds = p * (dp.double() - d) * ((n * b * scale / (1 + b * x.abs())) if ssa else scale)
+    # the size of dS's terms (P dP and P delta), against which its rounding is measured
+    ds_size = p * (dp.double().abs() + abs(d)) * ((n * b * scale / (1 + b * x.abs())) if ssa else scale)
+    return p, ds, ds_size, (p * (dp.double() - d) * g).sum(1)
+
+
+@pytest.mark.parametrize("path", ["vector", "portable"])
+@pytest.mark.parametrize("ssa", [True, False], ids=["ssa", "softmax"])
+@pytest.mark.parametrize("b, n, spread", [(0.8, 1.5, 8.0), (1e-4, 1.0, 3.0), (50.0, 1.0, 20.0), (3.0, 30.0, 2.0)])
+def test_score_pass_accuracy(path, ssa, b, n, spread):
+    """The per-score transform alone, forward (P) and backward (P, dS, sum(dg g)), on rows of 1 to 77 scores (the
+    vector loop, its masked tail, rows shorter than a vector) against float64: relative error of P and of dS
+    (against the size of its terms) at most 1e-6 plus what float32 g itself carries (its rounding, ~6e-8 |g|,
+    moves P by as much relative: rows spanning tens of nats cannot do better in float32)."""
+    ops = native.load_kernels()
+    assert ops is not None, "the fused CPU kernel did not build"
+    if path == "vector" and ops.vector_lanes() == 0:
+        pytest.skip("this CPU has neither AVX2 nor AVX-512: the portable passes are the only ones built")
+    ops.set_portable(path == "portable")
+    try:
+        gen = torch.Generator().manual_seed(17)
+        scale = 0.125
+        for cols in (1, 7, 16, 33, 77):
+            s = torch.randn(40, cols, generator=gen) * spread / scale
+            dp = torch.randn(40, cols, generator=gen)
+            x = s.double() * scale
+            g = torch.copysign(n * torch.log1p(b * x.abs()), x) if ssa else x
+            off = float(g.max()) + 0.25
+            p_ref, ds_ref, ds_size, dn_ref = _score_pass_reference(s, scale, b, n, off, 0.3, dp, ssa)
+            got = s.clone()
+            sums = ops.score_pass(got, torch.empty(0), scale, b, n, off, 0.0, ssa)
+            live = p_ref > 1e-30  # 2^-126 and below: 0 or subnormal on either path
+            tol = 1e-6 + 1.2e-7 * (g.abs() + abs(off))
+            assert ((got.double() - p_ref).abs() / p_ref / tol)[live].max() < 1
+            torch.testing.assert_close(sums.double(), p_ref.sum(1), rtol=2e-6 * (1 + abs(off)), atol=1e-30)
+            got, dgot = s.clone(), dp.clone()
+            acc = ops.score_pass(got, dgot, scale, b, n, off, 0.3, ssa)
+            assert ((got.double() - p_ref).abs() / p_ref / tol)[live].max() < 1
+            assert ((dgot.double() - ds_ref).abs() / ds_size / tol)[live].max() < 1
+            if ssa:
+                # y = 1 + b|x| is a float32: its rounding (6e-8) is an absolute error of up to 6e-8 n in g,
+                # which dominates when b|x| is tiny (the AVX-512 pass takes log1p's argument b|x| itself there)
+                w = p_ref * (dp.double().abs() + 0.3)
+                # (+ 1e-30: rows whose every P underflows float32)
+                bound = 2e-6 * (1 + off) * (w * g.abs()).sum(1) + 1e-7 * n * w.sum(1) + 1e-30
+                assert ((acc.double() - dn_ref).abs() / bound).max() < 1
+    finally:
+        ops.set_portable(False)
