@@ -298,3 +298,97 @@ def test_score_pass_accuracy(path, ssa, b, n, spread):
                 assert ((acc.double() - dn_ref).abs() / bound).max() < 1
     finally:
         ops.set_portable(False)
+
+
+def test_build_says_that_it_builds_and_how_long_it_took(tmp_path, capfd):
+    _load(tmp_path / "cache", name="probe_say")
+    err = capfd.readouterr().err
+    assert "ssa-hf: building the fused CPU attention kernel" in err
+    assert "ssa-hf: kernel built in" in err
+    _load(tmp_path / "cache", name="probe_say")  # verified and reused: nothing said
+    assert capfd.readouterr().err == ""
+
+
+def test_build_lock_held_elsewhere_times_out_with_a_message(tmp_path, monkeypatch, capfd):
+    """Another process holds the build lock: this one says it waits, gives up after the timeout with a
+    RuntimeError naming the lock (load_kernels turns it into one warning and the torch path)."""
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    lock = root / "probe_lock.lock"
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from filelock import FileLock
+        held = FileLock({str(lock)!r})
+        held.acquire()
+        print("held", flush=True)
+        time.sleep(120)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setenv("SSA_HF_BUILD_LOCK_TIMEOUT", "1")
+        with pytest.raises(RuntimeError, match="held the kernel build lock .*probe_lock.lock"):
+            _load(root, name="probe_lock")
+        assert "waiting (at most 1 s) for another process" in capfd.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert os.path.basename(_load(root, name="probe_lock")) == "probe_lock.so"  # free again: builds
+
+
+def test_lock_timeout_falls_back_to_torch_with_one_warning(tmp_path, monkeypatch, fresh_state):
+    monkeypatch.setenv("SSA_HF_CACHE_DIR", str(tmp_path / "cache"))
+
+    def stuck(*args, **kwargs):
+        raise RuntimeError("another process has held the kernel build lock x.lock for over 1 s")
+
+    monkeypatch.setattr(native, "load_library", stuck)
+    with pytest.warns(UserWarning, match="build lock") as record:
+        assert native.load_kernels() is None
+    assert len(record) == 1
+    q = torch.randn(1, 2, 12, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.isfinite(blockwise_attention(q, q, q, 1.0, 1.5, is_causal=True)).all()
+
+
+@pytest.mark.parametrize("mode, refused", [(0o777, True), (0o775, True), (0o1777, False), (0o755, False)],
+                         ids=["world-writable", "group-writable", "sticky", "private"])
+def test_folders_above_the_cache_are_checked(tmp_path, mode, refused):
+    above = tmp_path / "above"
+    above.mkdir()
+    os.chmod(above, mode)
+    root = above / "ssa_hf" / "native"
+    if refused:
+        with pytest.raises(native.UnsafeCacheError, match="can be written by other users"):
+            _load(root)
+    else:
+        assert os.path.exists(_load(root))
+
+
+def test_folder_above_of_another_user_or_a_link_of_another_user_is_refused(tmp_path, monkeypatch):
+    above = tmp_path / "above"
+    above.mkdir(mode=0o755)
+    real_stat, real_lstat, me = os.stat, os.lstat, os.getuid()
+
+    def stat_as_other(path, *args, **kwargs):
+        st = real_stat(path, *args, **kwargs)
+        if os.path.realpath(path) == os.path.realpath(above):
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, me + 1) + tuple(st)[5:])
+        return st
+
+    monkeypatch.setattr(native.os, "stat", stat_as_other)
+    with pytest.raises(native.UnsafeCacheError, match="above .* belongs to another user"):
+        _load(above / "cache")
+    monkeypatch.setattr(native.os, "stat", real_stat)
+    link = tmp_path / "link"
+    link.symlink_to(above)
+
+    def lstat_as_other(path, *args, **kwargs):
+        st = real_lstat(path, *args, **kwargs)
+        if str(path) == str(link):
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, me + 1) + tuple(st)[5:])
+        return st
+
+    monkeypatch.setattr(native.os, "lstat", lstat_as_other)
+    with pytest.raises(native.UnsafeCacheError, match="is a link that belongs to another user"):
+        _load(link / "cache")
