@@ -3,35 +3,49 @@ block) work items, their torch entry points and the operator registration.  See 
 native.py for the build.  Part of the remote-code unit (a string, no imports)."""
 
 KERNEL_SOURCE = r"""
+// T: the element type of q, k, v and out (float, or at::BFloat16: Q K^T as bf16 x bf16 -> fp32 tile products,
+// statistics and accumulation in fp32, and P V in fp32 from a float copy of the value tile: rounding P to bf16
+// instead (as SDPA's flash kernel does) doubled the output error against float64 on the test shapes, and the tile
+// copy costs 1/rows of its product)
+template <typename T>
 struct Forward {
+  static constexpr bool kBf16 = std::is_same_v<T, at::BFloat16>;
   const Problem& P;
-  float* out;   // [B, H, Lq, Dv]
+  T* out;       // [B, H, Lq, Dv]
   float* lse;   // [B, H, Lq] or nullptr
   int64_t nqb;
   std::atomic<bool>* nonfinite;  // set when a q or k element (bounded rows) or a visible score is not finite
 
   struct Scratch {
-    std::vector<float> q, s, acc, m, l, alpha;
+    std::vector<T> q;
+    std::vector<float> s, acc, m, l, alpha;
+    std::vector<at::BFloat16> kt;  // bf16: a key tile transposed ([D x bk])
+    std::vector<float> vt;         // bf16: a value tile as float ([bk x Dv])
     explicit Scratch(const Forward& f) {
       const int64_t rows = f.P.G * f.P.bq;
       q.resize(rows * f.P.D); s.resize(rows * f.P.bk); acc.resize(rows * f.P.Dv);
       m.resize(rows); l.resize(rows); alpha.resize(rows);
+      if (kBf16) { kt.resize(f.P.D * f.P.bk); vt.resize(f.P.bk * f.P.Dv); }
     }
   };
+
+  const T* qp() const { if constexpr (kBf16) return P.q16; else return P.q; }
+  const T* kp() const { if constexpr (kBf16) return P.k16; else return P.k; }
+  const T* vp() const { if constexpr (kBf16) return P.v16; else return P.v; }
 
   void operator()(int64_t item, Scratch& w) const {
     // heavy items first: the last query blocks see the most keys under a causal mask
     const int64_t qb = nqb - 1 - item / (P.B * P.Hkv), bhk = item % (P.B * P.Hkv);
     const int64_t bi = bhk / P.Hkv, hk = bhk % P.Hkv;
     const int64_t i0 = qb * P.bq, R = std::min(P.bq, P.Lq - i0), rows = P.G * R;
-    const float* kb = P.k + bhk * P.Lk * P.D;
-    const float* vb = P.v + bhk * P.Lk * P.Dv;
+    const T* kb = kp() + bhk * P.Lk * P.D;
+    const T* vb = vp() + bhk * P.Lk * P.Dv;
     const int64_t kend = P.causal ? std::min(P.Lk, i0 + R) : P.Lk;
     // rows ordered (group head g, position r): the G query heads that share this key/value head go through
     // each key tile together
     for (int64_t g = 0; g < P.G; ++g) {
       const int64_t h = hk * P.G + g;
-      std::memcpy(w.q.data() + g * R * P.D, P.q + ((bi * P.H + h) * P.Lq + i0) * P.D, sizeof(float) * R * P.D);
+      std::memcpy(w.q.data() + g * R * P.D, qp() + ((bi * P.H + h) * P.Lq + i0) * P.D, sizeof(T) * R * P.D);
     }
     // Rows whose bound is small enough use it as a fixed offset (no running maximum); computed here, inside the
     // call's one parallel region, since every barrier costs a scheduler slice on a busy machine
@@ -49,8 +63,14 @@ struct Forward {
     for (int64_t j0 = 0; j0 < kend; j0 += P.bk) {
       const int64_t C = std::min(P.bk, kend - j0);
       float* S = w.s.data();
-      if (rows <= kFewRows) few_rows_scores(w.q.data(), kb + j0 * P.D, rows, C, P.D, S, P.bk);
-      else gemm(false, true, rows, C, P.D, 1.0f, w.q.data(), P.D, kb + j0 * P.D, P.D, 0.0f, S, P.bk);
+      if (rows <= kFewRows) {
+        few_rows_scores(w.q.data(), kb + j0 * P.D, rows, C, P.D, S, P.bk);
+      } else if constexpr (kBf16) {
+        transpose_bf16(kb + j0 * P.D, C, P.D, P.D, w.kt.data(), C);
+        gemm_bf16(rows, C, P.D, w.q.data(), P.D, w.kt.data(), C, false, S, P.bk);
+      } else {
+        gemm(false, true, rows, C, P.D, 1.0f, w.q.data(), P.D, kb + j0 * P.D, P.D, 0.0f, S, P.bk);
+      }
       bool rescale = false;
       for (int64_t rr = 0; rr < rows; ++rr) {
         const int64_t g = rr / R, r = rr % R, h = hk * P.G + g;
@@ -90,24 +110,30 @@ struct Forward {
           const float a = w.alpha[rr];
           for (int64_t d = 0; d < P.Dv; ++d) arow[d] *= a;
         }
-      if (rows <= kFewRows) few_rows_values(S, P.bk, vb + j0 * P.Dv, rows, C, P.Dv, first, w.acc.data());
-      else gemm(false, false, rows, P.Dv, C, 1.0f, S, P.bk, vb + j0 * P.Dv, P.Dv, first ? 0.0f : 1.0f, w.acc.data(),
-                P.Dv);
+      if (rows <= kFewRows) {
+        few_rows_values(S, P.bk, vb + j0 * P.Dv, rows, C, P.Dv, first, w.acc.data());
+      } else if constexpr (kBf16) {
+        at::vec::convert(vb + j0 * P.Dv, w.vt.data(), C * P.Dv);
+        gemm(false, false, rows, P.Dv, C, 1.0f, S, P.bk, w.vt.data(), P.Dv, first ? 0.0f : 1.0f, w.acc.data(), P.Dv);
+      } else {
+        gemm(false, false, rows, P.Dv, C, 1.0f, S, P.bk, vb + j0 * P.Dv, P.Dv, first ? 0.0f : 1.0f, w.acc.data(),
+             P.Dv);
+      }
       first = false;
     }
     for (int64_t rr = 0; rr < rows; ++rr) {
       const int64_t g = rr / R, r = rr % R, h = hk * P.G + g;
       const int64_t orow = (bi * P.H + h) * P.Lq + i0 + r;
-      float* o = out + orow * P.Dv;
+      T* o = out + orow * P.Dv;
       const float l = w.l[rr];
       if (first || l == 0.0f) {  // no visible key: output 0, lse +inf (no weight, no gradient)
-        std::fill(o, o + P.Dv, 0.0f);
+        std::fill(o, o + P.Dv, T(0.0f));
         if (lse) lse[orow] = kInf;
         continue;
       }
       const float inv = 1.0f / l;
       const float* arow = w.acc.data() + rr * P.Dv;
-      for (int64_t d = 0; d < P.Dv; ++d) o[d] = arow[d] * inv;
+      for (int64_t d = 0; d < P.Dv; ++d) o[d] = T(arow[d] * inv);
       if (lse) lse[orow] = (w.m[rr] == -kInf ? 0.0f : w.m[rr]) + std::log(l);
     }
   }
@@ -268,12 +294,19 @@ struct Backward {
 
 Problem make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& b,
                      const at::Tensor& n, const c10::optional<at::Tensor>& mask, bool causal, double scale,
-                     int64_t bq, int64_t bk) {
-  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
-              "ssa_hf fused kernel: float32 inputs expected");
+                     int64_t bq, int64_t bk, bool allow_bf16 = false) {
+  const auto dt = q.scalar_type();
+  TORCH_CHECK((dt == at::kFloat || (dt == at::kBFloat16 && allow_bf16)) && k.scalar_type() == dt &&
+              v.scalar_type() == dt, "ssa_hf fused kernel: float32 inputs expected (bfloat16 for the forward)");
+  TORCH_CHECK(b.numel() == 0 || (b.scalar_type() == at::kFloat && n.scalar_type() == at::kFloat),
+              "ssa_hf fused kernel: float32 b and n expected");
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "ssa_hf fused kernel: contiguous inputs expected");
   Problem P{};
-  P.q = q.data_ptr<float>(); P.k = k.data_ptr<float>(); P.v = v.data_ptr<float>();
+  if (dt == at::kFloat) {
+    P.q = q.data_ptr<float>(); P.k = k.data_ptr<float>(); P.v = v.data_ptr<float>();
+  } else {
+    P.q16 = q.data_ptr<at::BFloat16>(); P.k16 = k.data_ptr<at::BFloat16>(); P.v16 = v.data_ptr<at::BFloat16>();
+  }
   P.B = q.size(0); P.H = q.size(1); P.Lq = q.size(2); P.D = q.size(3);
   P.Hkv = k.size(1); P.Lk = k.size(2); P.Dv = v.size(3); P.G = P.H / P.Hkv;
   const bool ssa = b.numel() > 0;
@@ -306,10 +339,10 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor&
                                           const c10::optional<at::Tensor>& mask, bool causal, double scale,
                                           int64_t bq, int64_t bk, bool need_lse, double fixed_max,
                                           double serial_flops) {
-  Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
+  Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk, /*allow_bf16=*/true);
   P.fixed_max = (float)fixed_max;
   at::Tensor out = at::empty({P.B, P.H, P.Lq, P.Dv}, q.options());
-  at::Tensor lse = at::empty({need_lse ? P.B : 0, P.H, P.Lq}, q.options());
+  at::Tensor lse = at::empty({need_lse ? P.B : 0, P.H, P.Lq}, q.options().dtype(at::kFloat));
   if (P.Lq == 0) return {out, lse};
   if (P.Lk == 0) {
     out.zero_();
@@ -325,9 +358,14 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor&
   while (P.bq > 16 && P.B * P.Hkv * ((P.Lq + P.bq - 1) / P.bq) < want) P.bq /= 2;
   const int64_t nqb = (P.Lq + P.bq - 1) / P.bq;
   std::atomic<bool> nonfinite{false};
-  Forward f{P, out.data_ptr<float>(), need_lse ? lse.data_ptr<float>() : nullptr, nqb,
-            &nonfinite};
-  run_items(nqb * P.B * P.Hkv, f, problem_flops(P) < serial_flops);
+  float* lsep = need_lse ? lse.data_ptr<float>() : nullptr;
+  if (P.q16) {
+    Forward<at::BFloat16> f{P, out.data_ptr<at::BFloat16>(), lsep, nqb, &nonfinite};
+    run_items(nqb * P.B * P.Hkv, f, problem_flops(P) < serial_flops);
+  } else {
+    Forward<float> f{P, out.data_ptr<float>(), lsep, nqb, &nonfinite};
+    run_items(nqb * P.B * P.Hkv, f, problem_flops(P) < serial_flops);
+  }
   if (nonfinite.load()) return {};
   return {out, lse};
 }

@@ -10,6 +10,7 @@ MATH_SOURCE = r"""
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
+#include <ATen/native/CPUBlas.h>
 #include <torch/library.h>
 #include <algorithm>
 #include <atomic>
@@ -18,6 +19,7 @@ MATH_SOURCE = r"""
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 // MKL (torch's BLAS on x86) runs nested teams inside a parallel region unless told otherwise (torch turns its
@@ -48,6 +50,28 @@ inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
   const int M = (int)n, N = (int)m, K = (int)k, LA = (int)ldb, LB = (int)lda, LC = (int)ldc;
   sgemm_(&fa, &fb, &M, &N, &K, &alpha, B, &LA, A, &LB, &beta, C, &LC);
 }
+
+// bfloat16 tile products, bf16 x bf16 -> fp32, through torch's exported at::native::cpublas::brgemm (oneDNN's
+// brgemm ukernel on AMX CPUs; elsewhere torch's own bf16 gemm): C[m x n] (+)= A[m x k] B[k x n], row-major, B in
+// its plain (not VNNI-packed) layout
+inline void gemm_bf16(int64_t m, int64_t n, int64_t k, const at::BFloat16* A, int64_t lda, const at::BFloat16* B,
+                      int64_t ldb, bool add, float* C, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (!add)
+      for (int64_t i = 0; i < m; ++i) std::fill(C + i * ldc, C + i * ldc + n, 0.0f);
+    return;
+  }
+  at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, add, A, B, C, /*is_vnni=*/false);
+}
+
+// dst[c][r] = src[r][c] for a [rows x cols] bf16 block (a key tile as the [D x C] operand of Q K^T)
+inline void transpose_bf16(const at::BFloat16* src, int64_t rows, int64_t cols, int64_t lds, at::BFloat16* dst,
+                           int64_t ldd) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+
 
 union Bits { float f; int32_t i; };
 
@@ -112,7 +136,8 @@ struct Row {
 };
 
 struct Problem {
-  const float *q, *k, *v;      // [B, H, Lq, D], [B, Hkv, Lk, D], [B, Hkv, Lk, Dv]
+  const float *q, *k, *v;      // [B, H, Lq, D], [B, Hkv, Lk, D], [B, Hkv, Lk, Dv] (float32 calls)
+  const at::BFloat16 *q16, *k16, *v16;  // the same in bfloat16 (bf16 forward calls; then q, k, v are null)
   int64_t B, H, Hkv, G, Lq, Lk, D, Dv;
   const float *b, *n;          // [H] (ssa) or nullptr (softmax)
   float scale;
@@ -518,23 +543,24 @@ void run_items(int64_t items, const F& fn, bool serial) {
 // |g| bound of each row of a work item (Cauchy-Schwarz): |g| <= |n| log(1 + b |scale| |q| max|k|), the maximum
 // over the keys [0, kend) the item can see.  Written to m[rows]; returns false if a q or k element it reads is
 // not finite (the caller then runs the torch path, which propagates inf/NaN as eager attention does).
-inline bool item_bounds(const Problem& P, const float* q, int64_t rows, int64_t R, const float* k, int64_t kend,
+template <typename T>
+inline bool item_bounds(const Problem& P, const T* q, int64_t rows, int64_t R, const T* k, int64_t kend,
                         int64_t hk, float* m) {
   float kmax = 0.0f;
   bool ok = true;
   for (int64_t j = 0; j < kend; ++j) {
     float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-    for (int64_t d = 0; d < P.D; ++d) acc += k[j * P.D + d] * k[j * P.D + d];
+    for (int64_t d = 0; d < P.D; ++d) acc += (float)k[j * P.D + d] * (float)k[j * P.D + d];
     ok = ok && std::isfinite(acc);
     kmax = std::max(kmax, acc);
   }
   const float km = std::sqrt(kmax) * std::fabs(P.scale);
   for (int64_t rr = 0; rr < rows; ++rr) {
-    const float* qq = q + rr * P.D;
+    const T* qq = q + rr * P.D;
     float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-    for (int64_t d = 0; d < P.D; ++d) acc += qq[d] * qq[d];
+    for (int64_t d = 0; d < P.D; ++d) acc += (float)qq[d] * (float)qq[d];
     const float x = std::sqrt(acc) * km;
     ok = ok && std::isfinite(x);
     const int64_t h = hk * P.G + rr / R;
@@ -547,30 +573,31 @@ inline bool item_bounds(const Problem& P, const float* q, int64_t rows, int64_t 
 // BLAS call on a 1-row matrix.
 constexpr int64_t kFewRows = 4;
 
-inline void few_rows_scores(const float* q, const float* k, int64_t rows, int64_t C, int64_t D, float* S,
-                            int64_t lds) {
+template <typename T>
+inline void few_rows_scores(const T* q, const T* k, int64_t rows, int64_t C, int64_t D, float* S, int64_t lds) {
   for (int64_t c = 0; c < C; ++c) {
-    const float* kc = k + c * D;
+    const T* kc = k + c * D;
     for (int64_t r = 0; r < rows; ++r) {
-      const float* qr = q + r * D;
+      const T* qr = q + r * D;
       float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-      for (int64_t d = 0; d < D; ++d) acc += qr[d] * kc[d];
+      for (int64_t d = 0; d < D; ++d) acc += (float)qr[d] * (float)kc[d];
       S[r * lds + c] = acc;
     }
   }
 }
 
-inline void few_rows_values(const float* S, int64_t lds, const float* v, int64_t rows, int64_t C, int64_t Dv,
+template <typename T>
+inline void few_rows_values(const float* S, int64_t lds, const T* v, int64_t rows, int64_t C, int64_t Dv,
                             bool first, float* acc) {
   if (first) std::fill(acc, acc + rows * Dv, 0.0f);
   for (int64_t c = 0; c < C; ++c) {
-    const float* vc = v + c * Dv;
+    const T* vc = v + c * Dv;
     for (int64_t r = 0; r < rows; ++r) {
       const float p = S[r * lds + c];
       float* ar = acc + r * Dv;
 #pragma omp simd
-      for (int64_t d = 0; d < Dv; ++d) ar[d] += p * vc[d];
+      for (int64_t d = 0; d < Dv; ++d) ar[d] += p * (float)vc[d];
     }
   }
 }
