@@ -392,3 +392,47 @@ def test_folder_above_of_another_user_or_a_link_of_another_user_is_refused(tmp_p
     monkeypatch.setattr(native.os, "lstat", lstat_as_other)
     with pytest.raises(native.UnsafeCacheError, match="is a link that belongs to another user"):
         _load(link / "cache")
+
+
+@pytest.mark.slow
+def test_avx2_build_matches_the_oracle(monkeypatch):
+    """The 8-lane (AVX2) passes, built on this machine with the AVX2 flags (a second build, ~1 CPU-minute: slow):
+    the per-score pass and whole calls (GQA, padding mask, causal; softmax; bf16) against float64."""
+    if not {"avx2", "fma", "f16c"} <= _cpu_flags():
+        pytest.skip("no AVX2 on this CPU")
+    flags = native.native_flags({"avx2", "fma", "f16c"})
+    name = f"ssa_hf_native_{native._build_key(flags)}"
+    native.load_library(name, native.NATIVE_SOURCE, flags + [f"-DSSA_HF_NS={name}"])
+    ops = getattr(torch.ops, name)
+    assert ops.vector_lanes() == 8
+    monkeypatch.setitem(native._STATE, "ops", ops)
+    monkeypatch.setitem(native._STATE, "tried", True)
+    native.set_native_enabled(True)
+    try:
+        for ssa, (b, n, spread) in ((True, (0.8, 1.5, 8.0)), (False, (0.8, 1.5, 8.0)), (True, (3.0, 30.0, 2.0))):
+            gen = torch.Generator().manual_seed(5)
+            s = torch.randn(40, 77, generator=gen) * spread * 8
+            dp = torch.randn(40, 77, generator=gen)
+            x = s.double() * 0.125
+            g = torch.copysign(n * torch.log1p(b * x.abs()), x) if ssa else x
+            off = float(g.max()) + 0.25
+            p_ref, ds_ref, ds_size, _ = _score_pass_reference(s, 0.125, b, n, off, 0.3, dp, ssa)
+            got, dgot = s.clone(), dp.clone()
+            ops.score_pass(got, dgot, 0.125, b, n, off, 0.3, ssa)
+            live = p_ref > 1e-30
+            tol = 1e-6 + 1.2e-7 * (g.abs() + abs(off))
+            assert ((got.double() - p_ref).abs() / p_ref / tol)[live].max() < 1
+            assert ((dgot.double() - ds_ref).abs() / ds_size / tol)[live].max() < 1
+        from .test_blockwise import _check, _inputs, _padding_mask
+
+        q, k, v, b, n = _inputs(3, 4, 2, 45, 45, 20, seed=3)
+        mask = _padding_mask(3, 45, 45, seed=3)
+        _check(q, k, v, b, n, attn_mask=mask, is_causal=True)
+        _check(q, k, v, b, n, scoring="softmax", is_causal=True)
+        out = blockwise_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), b, n, is_causal=True)
+        ref = blockwise_attention(q.bfloat16().float(), k.bfloat16().float(), v.bfloat16().float(), b, n,
+                                  is_causal=True)  # the same rounded inputs in float32: only out's rounding differs
+        assert out.dtype == torch.bfloat16
+        torch.testing.assert_close(out.float(), ref, rtol=1e-2, atol=1e-2)
+    finally:
+        native.set_native_enabled(None)
