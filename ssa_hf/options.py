@@ -50,8 +50,11 @@ def deep_merge(base: dict, update: dict) -> dict:
 
 
 def load_yaml(path: str | Path, _seen: tuple = ()) -> dict:
-    """Read a YAML config; `base: FILE` (relative to this file) is loaded first and this file merged over it."""
-    path = Path(path)
+    """Read a YAML config; `base: FILE` (relative to this file) is loaded first and this file merged over it.
+    A path under `configs/` that the working directory lacks is read from the configs shipped with ssa-hf."""
+    from .resources import config_file
+
+    path = config_file(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {str(path)!r} does not exist")
     if path.resolve() in _seen:

@@ -10,7 +10,7 @@ A preset file looks like::
 
 `load_model_config("decoder_114m", attention_scoring="softmax")` returns the config with the overrides applied,
 `build_model(config, task)` the model, `count_parameters(config)` its parameter count without allocating weights.
-The folder is `configs/` of the repository checkout, or `$SSA_HF_CONFIGS_DIR`.
+The folder is `configs/` as shipped with the package (resources.py), or `$SSA_HF_CONFIGS_DIR`.
 """
 
 from __future__ import annotations
@@ -26,36 +26,13 @@ import torch
 import yaml
 
 from .models.families import FAMILY_SPECS, family_of_config
+from .resources import CONFIGS_ENV, configs_dir
 
-CONFIGS_ENV = "SSA_HF_CONFIGS_DIR"
 
 # read from the family table (ssa_hf/models/families.py)
 FAMILIES: dict[str, type] = {spec.name: spec.config_class for spec in FAMILY_SPECS}
 MODEL_CLASSES: dict[str, dict[str, type]] = {spec.name: dict(spec.model_classes) for spec in FAMILY_SPECS}
 DEFAULT_TASK = {spec.name: spec.default_task for spec in FAMILY_SPECS}
-
-
-def checkout_folder(name: str, env: str, alternative: str) -> Path:
-    """`$env`, else the folder `name` beside the `ssa_hf` package in the repository checkout (configs/,
-    model_cards/); `alternative` says what else the caller accepts when neither exists."""
-    override = os.environ.get(env)
-    if override:
-        path = Path(override).expanduser()
-        if not path.is_dir():
-            raise FileNotFoundError(f"{env}={override!r} is not a folder; point it at the {name}/ folder")
-        return path
-    path = Path(__file__).resolve().parents[1] / name
-    if not path.is_dir():
-        raise FileNotFoundError(
-            f"no {name}/ folder at {path} (ssa_hf is not running from a repository checkout); "
-            f"set {env} to the {name}/ folder of an ssa-hf checkout, or {alternative}"
-        )
-    return path
-
-
-def configs_dir() -> Path:
-    """The `configs/` folder: `$SSA_HF_CONFIGS_DIR`, else the one beside the `ssa_hf` package in the checkout."""
-    return checkout_folder("configs", CONFIGS_ENV, "pass a preset file path")
 
 
 def presets_dir() -> Path:

@@ -58,7 +58,7 @@ def atomic_folder(destination: str | os.PathLike, overwrite: bool = False) -> It
     nothing else changes; a full disk is reported as a NoSpaceError naming the folder."""
     destination = Path(destination).resolve()
     if destination.exists() and not overwrite:
-        raise DestinationExistsError(f"{destination} already exists; remove it or pass overwrite=True (--overwrite)")
+        raise DestinationExistsError(f"{destination} already exists; remove it or pass overwrite=True")
     destination.parent.mkdir(parents=True, exist_ok=True)
     try:
         tmp = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.tmp-"))

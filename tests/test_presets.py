@@ -202,3 +202,18 @@ def test_params_command_prints_counts(capsys):
 def test_params_command_reports_bad_override(capsys):
     assert cli(["params", "tiny_llama", "--set", "hidden_sz=3"]) == 2
     assert "hidden_size" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", list_presets())
+def test_parameter_counts_stated_in_preset_files_are_the_measured_ones(name):
+    """A preset's comments state its size ("~27k parameters", "total = 114,133,260"); each figure matches the
+    built model's count (tiny_llama said ~42k where `ssa-hf params` counts 26,800)."""
+    from ssa_hf.presets import count_parameters, presets_dir
+
+    text = (presets_dir() / f"{name}.yaml").read_text()
+    measured = count_parameters(load_model_config(name))
+    for value, unit in re.findall(r"~([\d.]+)\s*([kM]) parameters", text):
+        claimed = float(value) * {"k": 1e3, "M": 1e6}[unit]
+        assert abs(claimed - measured) <= 0.05 * measured, f"{name}: states ~{value}{unit}, counts {measured:,}"
+    for exact in re.findall(r"(?:total\s+=|params \w+`: )\s*([\d,]{4,})", text):
+        assert int(exact.replace(",", "")) == measured, f"{name}: states {exact}, counts {measured:,}"

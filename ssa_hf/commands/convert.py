@@ -1,13 +1,14 @@
-"""`ssa-hf convert`: turn a Llama, RoBERTa or BERT checkpoint folder into its SSA twin."""
+"""`ssa-hf convert`: turn a Llama, RoBERTa, BERT or GPT-2 checkpoint folder into its SSA twin."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import add_command, config_from_args
 
-SUMMARY = "turn a Llama / RoBERTa / BERT checkpoint folder into its SSA twin"
+SUMMARY = "turn a Llama / RoBERTa / BERT / GPT-2 checkpoint folder (or an ssa-hf one) into its SSA twin"
 DESCRIPTION = ("Copy every weight of SRC into an ssa-hf model with the chosen attention scoring (the scoring "
                "parameters are initialised from the config), check the outputs, and write DST atomically "
                "with the tokenizer files and a model card.")
@@ -38,6 +39,8 @@ def run(args) -> int:
     from ..presets import parse_overrides
 
     options = dataclasses.asdict(config_from_args(ConvertOptions, args))
+    if Path(args.dst).exists() and not options["overwrite"]:  # (the library's own message names its argument)
+        raise ValueError(f"{args.dst} already exists; remove it or pass --overwrite")
     scoring = options.pop("attention_scoring")
     if "," in scoring:
         scoring = [name.strip() for name in scoring.split(",")]

@@ -4,15 +4,14 @@ SUMMARY = "run the paper's claims at a stated scale (cpu: about an hour on 2 cor
 
 
 def run(args) -> int:
-    import os
     import shlex
     import sys
 
     from ..reproduce import load_config, plan, run_reproduce, scale_config_path
-    from ..reproduce.config import repository_root
+    from ..reproduce.config import SCALE_FILES
 
     path = args.config or str(scale_config_path(args.scale))
-    shown = os.path.relpath(path, repository_root()) if os.path.abspath(path).startswith(str(repository_root())) else path
+    shown = args.config or SCALE_FILES[args.scale]  # as the docs name it, wherever the shipped copy lives
     config = load_config(path)
     if args.data_dir:
         config.data_dir = args.data_dir

@@ -40,6 +40,22 @@ def check_tokenizer(model: str, is_local: bool, tokenizer: str | None) -> None:
         )
 
 
+def is_causal_lm_config(config) -> bool:
+    """Whether a model config's architecture is a causal LM head: transformers' causal-LM classes (GPT2LMHeadModel
+    among them, whose name does not end in ForCausalLM), ssa-hf's, and remote-code ones named *ForCausalLM. A
+    config without `architectures` passes (loading it with AutoModelForCausalLM decides)."""
+    architectures = getattr(config, "architectures", None) or []
+    if not architectures:
+        return True
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from ..models.families import FAMILIES
+
+    names = {n for v in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values() for n in ([v] if isinstance(v, str) else v)}
+    names |= {spec.model_classes["causal_lm"].__name__ for spec in FAMILIES.values() if "causal_lm" in spec.model_classes}
+    return any(a in names or a.endswith("ForCausalLM") for a in architectures)
+
+
 def start_model_run(config) -> tuple[str, bool]:
     """How every evaluation run starts: the config validated, torch's CPU threads set (`config.threads`), the model
     resolved (`resolve_model`) and a local checkpoint's tokenizer checked; returns (model, is_local_folder)."""

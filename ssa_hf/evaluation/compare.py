@@ -16,6 +16,7 @@ name per RESULT argument, an empty entry keeps the file's).
 from __future__ import annotations
 
 import json
+import math
 import logging
 import re
 from dataclasses import asdict, dataclass, field
@@ -157,12 +158,68 @@ def check_result(kind: str, data: dict[str, Any], path: Path) -> None:
 
 def classify(data: Any, path: Path) -> list[tuple[str, dict[str, Any]]]:
     """[(kind, result)] found in one JSON document (kind: lm_eval, zorro or perplexity); a result of a known kind
-    that lacks a field the report reads raises a ValueError naming the file and the field."""
+    that lacks a field the report reads, or holds a figure no evaluation can produce, raises a ValueError naming
+    the file and the field."""
     found = _classify(data, path)
     for kind, result in found:
         if kind in _REQUIRED_FIELDS:
             check_result(kind, result, path)
+        check_figures(kind, result, path)
     return found
+
+
+# metrics bounded to [0, 1] (lm-eval's accuracies; Zorro's accuracy per paradigm and method)
+_PROPORTIONS = ("acc", "acc_norm", "exact_match", "f1", "mcc")
+
+
+def check_figures(kind: str, result: dict[str, Any], path: Path) -> None:
+    """A ValueError for a figure that cannot be: a perplexity below 1 or NaN (exp of a mean NLL >= 0; +inf is
+    possible, an overflow), an accuracy outside [0, 1]. A hand-edited or corrupt file is refused, not tabulated."""
+
+    def fail(what: str, value: Any) -> None:
+        raise ValueError(f"result {path}: {what} is {value!r}, which no evaluation produces; regenerate the file or fix it")
+
+    if kind == "perplexity":
+        for label, value in result["perplexity"].items():
+            if math.isnan(value) or value < 1:
+                fail(f"perplexity {label!r} (perplexity = exp(mean NLL) >= 1)", value)
+    elif kind == "lm_eval":
+        for task, entry in result["tasks"].items():
+            for metric, figure in entry["metrics"].items():
+                value = figure.get("value")
+                if metric.split(",")[0] in _PROPORTIONS and isinstance(value, (int, float)) and not 0 <= value <= 1:
+                    fail(f"{task}/{metric}", value)
+    elif kind == "zorro":
+        for paradigm, entry in result["paradigms"].items():
+            for method, figure in entry.items():
+                value = figure.get("accuracy") if isinstance(figure, dict) else None
+                if isinstance(value, (int, float)) and not 0 <= value <= 1:
+                    fail(f"zorro accuracy {paradigm}/{method}", value)
+
+
+def merge_same_weights(found: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Results of one checkpoint under several names (a copied folder, a renamed run) shown as one model: every
+    result whose weight hash was seen under an earlier name takes that name, unless two results of one kind would
+    then share it (then both stay, with a note). Returns the notes for the report."""
+    first_name: dict[str, str] = {}
+    notes = []
+    for kind in ("lm_eval", "zorro"):
+        for run in found[kind]:
+            digest = ((run.get("model") or {}).get("checkpoint_hash") or {}).get("sha256")
+            if not digest:
+                continue
+            canonical = first_name.setdefault(digest, run["name"])
+            if run["name"] == canonical:
+                continue
+            if any(other["name"] == canonical for other in found[kind]):
+                notes.append(f"`{run['name']}` has the same weights as `{canonical}` (sha256 {digest[:12]}); both are "
+                             f"shown, as their {kind} results are separate runs")
+                continue
+            notes.append(f"`{run['name']}` has the same weights as `{canonical}` (sha256 {digest[:12]}): shown as "
+                         f"`{canonical}`")
+            run["also_named"] = run["name"]
+            run["name"] = canonical
+    return list(dict.fromkeys(notes))
 
 
 def _classify(data: Any, path: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -371,10 +428,12 @@ def run_compare(config: CompareConfig) -> CompareResults:
     )
 
     found = load_results(list(config.results), config.names)
+    same_weights = merge_same_weights(found)
     lines = [f"# {config.title}", ""]
     all_runs = found["lm_eval"] + found["zorro"]
     if all_runs:
         lines += ["## Models", "", models_table(all_runs), ""]
+        lines += [f"- {note}" for note in same_weights] + ([""] if same_weights else [])
     figures = {}
     if found["perplexity"]:
         lines += ["## Perplexity (lower is better)", "", perplexity_table(found["perplexity"]), ""]

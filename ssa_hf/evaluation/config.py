@@ -210,7 +210,10 @@ class PerplexityConfig(YamlConfig):
     max_documents: read at most this many documents per corpus.
     windows: number of random windows (default 1000).
     window_length: tokens per window (default: the length the model was trained on, i.e. its training run's
-        block size, else max_position_embeddings; longer windows get a warning).
+        block size, else max_position_embeddings; longer windows get a warning, and windows longer than
+        max_position_embeddings are refused unless beyond_positions).
+    beyond_positions: allow windows longer than the model's max_position_embeddings (position extrapolation).
+    tokenizer: tokenizer folder or Hub id (default: the model folder's own).
     seed: seed of the window positions (default 0).
     batch_size: windows per forward pass (default 8).
     device: cpu, cuda, ... (default: cuda if available).
@@ -227,6 +230,8 @@ class PerplexityConfig(YamlConfig):
     max_documents: int | None = None
     windows: int = 1000
     window_length: int | None = None
+    beyond_positions: bool = False
+    tokenizer: str | None = None
     seed: int = 0
     batch_size: int = 8
     device: str | None = None

@@ -400,10 +400,14 @@ def write_local_tasks(data_dir: str | Path, folder: str | Path, tasks: list[str]
     names = list(LOCAL_TASKS) if tasks is None else list(tasks)
     unknown = [name for name in names if name not in LOCAL_TASKS]
     if unknown:
+        # what this data folder holds, and what it could hold (a task ../shared/data lacks reads a copy put there)
+        present = sorted(n for n, t in LOCAL_TASKS.items() if has_local_copy(t, data_dir))
+        absent = {n: " and ".join(t.files.values()) for n, t in LOCAL_TASKS.items() if n not in present}
         raise ValueError(
-            f"unknown task(s) {unknown}{did_you_mean(unknown, LOCAL_TASKS)} for --data-dir: local copies exist for "
-            f"{sorted(LOCAL_TASKS)} "
-            "(without --data-dir any lm-eval task runs from the Hub)"
+            f"unknown task(s) {unknown}{did_you_mean(unknown, LOCAL_TASKS)} for --data-dir: {data_dir} holds local "
+            f"copies for {present or 'none'}"
+            + (f"; {', '.join(f'{n} runs from a copy at DATA_DIR/{f}' for n, f in absent.items())}" if absent else "")
+            + " (without --data-dir any lm-eval task runs from the Hub)"
         )
     from_hub = [n for n in names if not LOCAL_TASKS[n].bundled and not has_local_copy(LOCAL_TASKS[n], data_dir)]
     if tasks is None:  # the default set: only what can run here

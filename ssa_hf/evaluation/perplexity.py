@@ -128,11 +128,14 @@ def window_perplexity(
 
 
 def heldout_source(model_dir: str | Path):
-    """The held-out validation texts of the run that produced `model_dir` (from its training_config.yaml)."""
+    """The held-out validation texts of the run that produced `model_dir` (from its training_config.yaml: the run
+    folder's, which names the data as given, when `model_dir` is RUN/final; final/'s own copy holds no absolute
+    local paths, so data outside $SSA_HF_DATA_DIR is named there by file name only)."""
     from ..data.corpus import split_validation
     from ..train.config import load_config
 
-    config_file = Path(model_dir) / "training_config.yaml"
+    run_file = Path(model_dir).parent / "training_config.yaml"
+    config_file = run_file if Path(model_dir).name == "final" and run_file.is_file() else Path(model_dir) / "training_config.yaml"
     if not config_file.is_file():
         raise FileNotFoundError(
             f"{config_file} does not exist: --heldout needs a folder written by `ssa-hf pretrain` (its final/ folder)"
@@ -159,8 +162,16 @@ def trained_length(model_path: str | Path, config) -> tuple[int | None, str]:
     return (int(positions), "max_position_embeddings in its config") if positions else (None, "")
 
 
-def resolve_window_length(window_length: int | None, model_path, config) -> int:
-    """`window_length`, or by default the model's trained length; a longer window gets a warning."""
+def resolve_window_length(window_length: int | None, model_path, config, beyond_positions: bool = False) -> int:
+    """`window_length`, or by default the model's trained length; a longer window gets a warning, and one longer
+    than the model's positions (max_position_embeddings) is an error unless `beyond_positions`."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if window_length is not None and positions and window_length > positions and not beyond_positions:
+        raise ValueError(
+            f"window_length {window_length} is longer than the {positions} positions of {model_path} "
+            f"(max_position_embeddings): give --window-length {positions} or less, or pass --beyond-positions to "
+            "measure position extrapolation (rotary models only; learned position embeddings have no such rows)"
+        )
     length, origin = trained_length(model_path, config)
     if window_length is None:
         if length is None:
@@ -210,21 +221,25 @@ def evaluate_perplexity(model_path: str, data: str | list[str] | None = None, *,
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {config.dtype!r}")
     if not Path(model_path).is_dir() and not Path(model_path).exists() and "/" not in str(model_path):
         raise FileNotFoundError(f"model folder {model_path!r} does not exist")
+    from .checkpoint import check_tokenizer, is_causal_lm_config, resolve_model
+
     trust = config.trust_remote_code
+    if Path(model_path).exists():
+        check_tokenizer(*resolve_model(model_path), config.tokenizer)  # ssa-hf's message, not a tokenizer library's
     model_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust)
     architectures = getattr(model_config, "architectures", None) or []
-    if architectures and not any(a.endswith("ForCausalLM") for a in architectures):
+    if not is_causal_lm_config(model_config):
         raise ValueError(
             f"{model_path} is a {architectures[0]}: window perplexity needs a causal LM. A masked LM's validation "
             "loss and perplexity (on masked tokens) are in the metrics.json of its training run"
         )
-    window_length = resolve_window_length(config.window_length, model_path, model_config)
+    window_length = resolve_window_length(config.window_length, model_path, model_config, config.beyond_positions)
     sources = text_sources(model_path, config.data, config.heldout, config.name, config.split, config.text_field,
                            config.max_documents)
     from ..devices import resolve_device
 
     device = resolve_device(config.device)
-    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust)
+    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer or model_path, trust_remote_code=trust)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype, trust_remote_code=trust).to(device)
     results = []
     for texts, description in sources:

@@ -247,10 +247,14 @@ def zorro_markdown(runs: list[dict[str, Any]]) -> str:
     first = runs[0]
     settings = first["settings"]
     pairs = sorted(set(settings["pairs_per_paradigm"].values()))
+    # the tie rule each run used (zorro.run_probe: "broken at random (...)" or "count as wrong")
+    rules = list(dict.fromkeys(run["settings"].get("ties", "count as wrong") for run in runs))
+    ties = f"ties {rules[0]}" if len(rules) == 1 else "ties by run: " + "; ".join(
+        f"{run['name']} {run['settings'].get('ties', 'count as wrong')}" for run in runs)
     lines = report_head("# Zorro grammar probes", runs) + [
         f"Zorro `{settings['zorro_version']}` ({settings['zorro_dir']}), {len(settings['paradigms'])} paradigms, "
-        f"{'/'.join(map(str, pairs))} pairs each. Accuracy in % (the grammatical sentence scored higher; ties count "
-        "as wrong; chance 50). holistic: minus mean token cross-entropy of the unmasked sentence (BabyBERTa); pll: "
+        f"{'/'.join(map(str, pairs))} pairs each. Accuracy in % (the grammatical sentence scored higher; {ties}; "
+        "chance 50). holistic: minus mean token cross-entropy of the unmasked sentence (BabyBERTa); pll: "
         "pseudo-log-likelihood; loglik: sentence log-likelihood.",
         "",
         zorro_table(runs),

@@ -17,7 +17,8 @@ import yaml
 from ..models.settings import card_fields_by_scoring
 from ..models.configuration_common import ScoringConfigMixin
 from ..models.families import FAMILIES, TASKS, FamilySpec
-from ..presets import checkout_folder, count_parameters
+from ..presets import count_parameters
+from ..resources import MODEL_CARDS_ENV, model_cards_dir
 from ..reporting import atomic_write_bytes, atomic_write_json, markdown_table
 from .card_inputs import EvaluationResult, normalize_evaluation, normalize_training
 from .folders import (
@@ -29,7 +30,6 @@ from .folders import (
     task_of,
 )
 
-MODEL_CARDS_ENV = "SSA_HF_MODEL_CARDS_DIR"
 DEFAULT_TEMPLATE = "ssa_model_card.md"
 CARD_INPUTS_FILE = "ssa_hf_card.json"  # what the card was rendered from, so that push can render it again
 REPO_ID_PLACEHOLDER = "path/to/this/checkpoint"
@@ -54,9 +54,13 @@ BIBTEX = """@inproceedings{naim2026ssa,
 }"""
 
 
-def model_cards_dir() -> Path:
-    """`$SSA_HF_MODEL_CARDS_DIR`, else `model_cards/` beside the `ssa_hf` package in the repository checkout."""
-    return checkout_folder("model_cards", MODEL_CARDS_ENV, "pass template=PATH")
+def card_template(template: str | os.PathLike | None = None) -> Path:
+    """The card template file (`template`, else model_cards/ssa_model_card.md as shipped), or FileNotFoundError
+    saying what to do. Commands that write a card at their end (pretrain, convert) call it before any work."""
+    path = Path(template) if template else model_cards_dir() / DEFAULT_TEMPLATE
+    if not path.is_file():
+        raise FileNotFoundError(f"model card template {path} does not exist; give an existing template file")
+    return path
 
 
 def _architecture_table(config, task: str, spec: FamilySpec) -> str:
@@ -301,9 +305,7 @@ def render_model_card(
     training_section, evaluation_section = _training_and_evaluation(training_info, results)
     conversion_table, conversion_note = _conversion_text(conversion)
     learned_table, learned_note = _learned_values(model, folder, config, settings)
-    template_path = Path(template) if template else model_cards_dir() / DEFAULT_TEMPLATE
-    if not template_path.is_file():
-        raise FileNotFoundError(f"model card template {template_path} does not exist")
+    template_path = card_template(template)
     card = ModelCard.from_template(
         card_data,
         template_path=str(template_path),

@@ -19,7 +19,7 @@ from ..models.families import FAMILIES, FamilySpec, source_families
 from ..presets import check_config_fields, config_field_names
 from ..reporting import DestinationExistsError, atomic_folder, atomic_write_json
 from ..models.settings import OLD_NAMES
-from .cards import SCORING_FIELDS, scoring_settings, write_model_card
+from .cards import SCORING_FIELDS, card_template, scoring_settings, write_model_card
 from .folders import read_config_json
 
 logger = logging.getLogger("ssa_hf.hub")
@@ -159,7 +159,7 @@ def _check_request(src: Path, dst: Path, dtype: str, overwrite: bool, scoring_kw
     if dst == src or src in dst.parents:
         raise ValueError(f"destination {dst} must be outside the source folder {src}")
     if dst.exists() and not overwrite:
-        raise DestinationExistsError(f"{dst} already exists; remove it or pass overwrite=True (--overwrite)")
+        raise DestinationExistsError(f"{dst} already exists; remove it or pass overwrite=True")
     if dtype != "auto" and dtype not in DTYPES:
         raise ValueError(f"dtype must be 'auto' or one of {list(DTYPES)}, got {dtype!r}")
     unknown = sorted(set(scoring_kwargs) - SCORING_FIELDS - set(OLD_NAMES))  # old names (ssa_granularity) still work
@@ -246,7 +246,7 @@ def _output_check(source: _Source, target) -> dict[str, Any]:
     if must_match and not diff <= tolerance:
         raise ConversionError(f"the converted softmax model's outputs differ from the source's by {diff:.3g} "
                               f"(tolerance {tolerance:.3g}): the weights did not map correctly")
-    logger.info("output check: max |difference| to the source %.3g (%s)", diff,
+    logger.debug("output check: max |difference| to the source %.3g (%s)", diff,
                 "must match" if must_match else "scoring changed, differences expected")
     return {"performed": True, "max_abs_diff": diff, "reference_max_abs": scale,
             "must_match": must_match, "tolerance": tolerance if must_match else None}
@@ -302,6 +302,8 @@ def convert_checkpoint(
     """
     src, dst = Path(src).resolve(), Path(dst).resolve()
     _check_request(src, dst, dtype, overwrite, scoring_kwargs)
+    if card:
+        card_template()  # the card is written last: a missing template fails before any work
     source = _read_source(src)
     target_config = _target_config(source, src, attention_scoring, scoring_kwargs)
     target = source.spec.model_class(source.task)(target_config)

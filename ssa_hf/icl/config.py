@@ -546,7 +546,9 @@ def config_from_dict(data: dict, base: ICLConfig | None = None) -> ICLConfig:
 
 def load_config(path: str | Path) -> ICLConfig:
     """Load a YAML file (see configs/icl/*.yaml; `base: OTHER.yaml` merges another file underneath)."""
-    path = Path(path)
+    from ..resources import config_file
+
+    path = config_file(path)
     if not path.is_file():
         raise FileNotFoundError(f"ICL config file not found: {path}")
     try:

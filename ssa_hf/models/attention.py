@@ -27,9 +27,9 @@ from torch import Tensor
 
 from .backends import BACKEND_NAMES, BACKENDS, AttentionCall, choose_backend, dispatch, supported_backends
 from .linear import as_4d
-from .mixture import Group, module_groups, run_groups
+from .mixture import Group, run_groups
 from .parameters import is_real
-from .scoring import ScoringModule, get_scoring_function
+from .scoring import get_scoring_function
 
 __all__ = ["BACKENDS", "BACKEND_NAMES", "DEFAULT_IMPLEMENTATION", "IMPLEMENTATIONS", "choose_backend",
            "own_implementation_overrides", "make_transformers_attention", "register_with_transformers", "scored_attention", "ssa_attention",
@@ -178,7 +178,7 @@ def _groups(scoring, params, query, key) -> list[Group]:
     """The scoring groups of a call, with their parameters checked: one group for a name, one per name of a list."""
     heads = query.shape[1]
     if isinstance(scoring, str):
-        return [(scoring, list(range(heads)), _head_params(scoring, dict(params or {}), heads, query, key))]
+        return [(get_scoring_function(scoring), list(range(heads)), _head_params(scoring, dict(params or {}), heads, query, key))]
     names = list(scoring)
     if len(names) != heads or not all(isinstance(n, str) for n in names):
         raise ValueError(f"scoring: a list needs one scoring name per query head ({heads}), got {names!r}")
@@ -200,7 +200,7 @@ def _groups(scoring, params, query, key) -> list[Group]:
             if isinstance(pvalue, Tensor) and pvalue.dim() == 1 and pvalue.numel() == heads != len(index):
                 pvalue = pvalue[torch.tensor(index, device=pvalue.device)]  # a value per head of the whole call
             given[pname] = pvalue
-        groups.append((name, index, _head_params(name, given, len(index), query, key)))
+        groups.append((get_scoring_function(name), index, _head_params(name, given, len(index), query, key)))
     return groups
 
 
@@ -260,15 +260,18 @@ def ssa_attention(
 # --------------------------------------------------------------------------------------------------
 
 
-def _module_scoring(module) -> ScoringModule:
-    scoring = getattr(module, "scoring", None)
-    if not isinstance(scoring, ScoringModule):
+def _module_groups(module, heads: int, device) -> list[Group]:
+    """The module's scoring groups, found by what `module.scoring` does (`attention_groups`), not by its class: a
+    model loaded from another remote-code copy than the one whose function transformers calls still runs, with
+    its own registry entries."""
+    groups = getattr(getattr(module, "scoring", None), "attention_groups", None)
+    if not callable(groups):
         raise ValueError(
             f"attn_implementation 'ssa_*' needs an attention module that carries ssa-hf scoring parameters "
-            f"(`module.scoring`); {type(module).__name__} has none. Use an ssa-hf model class (SSALlama*, SSABert*) "
+            f"(`module.scoring`); {type(module).__name__} has none. Use an ssa-hf model class (SSALlama*, SSABert*, SSAGPT2*) "
             f"or convert a checkpoint with `ssa-hf convert`."
         )
-    return scoring
+    return [(spec, index, {k: v.to(device) for k, v in params.items()}) for spec, index, params in groups(heads)]
 
 
 def _keep_mask(additive: Tensor) -> Tensor:
@@ -305,7 +308,6 @@ def make_transformers_attention(backend: str | None):
     refused = "attn_implementation 'ssa_{backend}' cannot run attention_scoring={scoring!r}"
 
     def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-        scoring = _module_scoring(module)
         mask = attention_mask if attention_mask is None or attention_mask.dtype == torch.bool else _keep_mask(attention_mask)
         if mask is not None:
             mask = mask[:, :, :, : key.shape[-2]]
@@ -323,8 +325,7 @@ def make_transformers_attention(backend: str | None):
             is_causal=mask is None and module_causal and query.shape[2] > 1,
             expect_causal=module_causal,  # linear attention under torch.compile reads the mask without checks
         )
-        groups = [(name, heads, {k: v.to(query.device) for k, v in params.items()})
-                  for name, heads, params in module_groups(scoring, query.shape[1])]
+        groups = _module_groups(module, query.shape[1], query.device)
         out, weights = run_groups(call, groups, lambda group: dispatch(group, backend, refused))
         return out.transpose(1, 2).contiguous(), weights
 

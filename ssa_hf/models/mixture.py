@@ -15,11 +15,11 @@ import torch
 from torch import Tensor, nn
 
 from .backends import AttentionCall
-from .scoring import ScoringModule, get_scoring_function
+from .scoring import ScoringFunction, ScoringModule, get_scoring_function
 from .settings import ScoringParameters
 
-# (scoring name, the query heads it runs, its parameters: [len(heads)] tensors)
-Group = tuple[str, list[int], dict]
+# (scoring registry entry, the query heads it runs, its parameters: [len(heads)] tensors)
+Group = tuple[ScoringFunction, list[int], dict]
 
 
 class MixedScoringParameters(ScoringModule):
@@ -38,6 +38,9 @@ class MixedScoringParameters(ScoringModule):
         for group in self.groups.values():
             group.reset_parameters()
 
+    def attention_groups(self, heads: int) -> list[Group]:
+        return [(get_scoring_function(name), self.heads[name], self.groups[name]()) for name in self.order]
+
     def forward(self) -> dict[str, dict[str, Tensor]]:
         return {name: group() for name, group in self.groups.items()}
 
@@ -45,25 +48,18 @@ class MixedScoringParameters(ScoringModule):
         return f"heads={self.names}"
 
 
-def module_groups(scoring: ScoringModule, heads: int) -> list[Group]:
-    """The groups of an attention module's scoring (a `ScoringParameters` is one group of all its heads)."""
-    if isinstance(scoring, ScoringParameters):
-        return [(scoring.scoring, list(range(heads)), scoring())]
-    return [(name, scoring.heads[name], scoring.groups[name]()) for name in scoring.order]
-
-
 def run_groups(call: AttentionCall, groups: list[Group],
                run_group: Callable[[AttentionCall], tuple[Tensor, Tensor | None]]) -> tuple[Tensor, Tensor | None]:
     """Run `call` once per group (its heads, their key/value heads and mask rows) and reassemble in head order."""
     query, key, value = call.query, call.key, call.value
     if len(groups) == 1:
-        name, _, params = groups[0]
-        return run_group(replace(call, spec=get_scoring_function(name), params=params))
+        spec, _, params = groups[0]
+        return run_group(replace(call, spec=spec, params=params))
     heads = query.shape[1]
     per_kv = heads // key.shape[1]
     out = query.new_empty(query.shape[:3] + (value.shape[-1],))
     weights = None
-    for name, head_list, params in groups:
+    for spec, head_list, params in groups:
         index = torch.tensor(head_list, dtype=torch.long, device=query.device)
         kv_index = index // per_kv
         mask = call.mask
@@ -71,7 +67,7 @@ def run_groups(call: AttentionCall, groups: list[Group],
             mask = mask[:, index.to(mask.device)]
         group_out, group_weights = run_group(replace(
             call, query=query[:, index], key=key[:, kv_index], value=value[:, kv_index],
-            spec=get_scoring_function(name), params=params, mask=mask,
+            spec=spec, params=params, mask=mask,
         ))
         out = out.index_copy(1, index, group_out.to(out.dtype))
         if group_weights is not None:

@@ -433,9 +433,18 @@ def get_scoring_function(name: str) -> ScoringFunction | LinearAttention:
 
 
 class ScoringModule(nn.Module):
-    """Base of the modules an attention layer keeps its scoring function in (`attention.scoring`)."""
+    """Base of the modules an attention layer keeps its scoring function in (`attention.scoring`).
+
+    The attention functions read a module's scoring only through `attention_groups` (duck typing, never
+    `isinstance`): with several remote-code checkpoints in one process each model class comes from its own copy of
+    this code, while transformers holds one `ssa_*` function per name (the copy registered last), so the entries
+    travel with the module."""
 
     def reset_parameters(self) -> None:
+        raise NotImplementedError
+
+    def attention_groups(self, heads: int) -> list:
+        """[(registry entry, its query heads, {parameter: [len(heads)] tensor})], one per scoring function."""
         raise NotImplementedError
 
 

@@ -164,6 +164,9 @@ class ScoringParameters(ScoringModule):
         for name, value in self.initial_values().items():
             self.params[name].reset(value)
 
+    def attention_groups(self, heads: int) -> list:
+        return [(get_scoring_function(self.scoring), list(range(heads)), self())]
+
     def forward(self) -> dict[str, Tensor]:
         values = {name: param() for name, param in self.params.items()}
         for name, value in values.items():

@@ -208,11 +208,10 @@ def load_config(path: str | Path) -> ReproduceConfig:
         raise ConfigError(f"{path}: {error}") from None
 
 
-def repository_root() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
 def scale_config_path(scale: str) -> Path:
+    """The shipped config of a scale (configs/experiments/, a copy in the working directory first)."""
+    from ..resources import config_file
+
     if scale not in SCALE_FILES:
         raise ConfigError(f"--scale: must be one of {list(SCALE_FILES)}, got {scale!r} (or give --config FILE)")
-    return repository_root() / SCALE_FILES[scale]
+    return config_file(SCALE_FILES[scale])

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..reporting import atomic_write_json
 from ..options import deep_merge, load_yaml
-from .config import LMExperiment, ReproduceConfig, repository_root
+from .config import LMExperiment, ReproduceConfig
 
 logger = logging.getLogger("ssa_hf.reproduce")
 
@@ -32,13 +32,11 @@ def _key(data: Any) -> str:
 
 
 def resolve_path(path: str) -> Path:
-    """A config path: absolute, or relative to the working directory, else to the repository."""
+    """A config path: absolute, or relative to the working directory, else (configs/...) the shipped copy."""
     from ..data.sources import expand_path
+    from ..resources import config_file
 
-    candidate = Path(expand_path(path))
-    if candidate.is_absolute() or candidate.exists():
-        return candidate
-    return repository_root() / candidate
+    return config_file(expand_path(path))
 
 
 def pretrain_values(experiment: LMExperiment, arm: str, seed: int, run_dir: Path, threads: int | None) -> dict:

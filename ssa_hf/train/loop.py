@@ -39,7 +39,7 @@ from .metrics import (
     scoring_values,
     versions,
 )
-from .setup import Run, check_push_settings, make_accelerator, model_config_for, setup_run
+from .setup import Run, check_push_settings, check_schedule, make_accelerator, model_config_for, setup_run
 from .state import NonFiniteError
 from .validation import evaluate
 
@@ -67,6 +67,10 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     if output_dir.exists() and not output_dir.is_dir():
         raise ConfigError(f"output_dir {output_dir} is a file, not a folder; give a folder path")
     check_push_settings(config)
+    check_schedule(config)
+    from ..hub.cards import card_template
+
+    card_template()  # final/ gets a model card: a missing template fails now, not after the last step
     accelerator = make_accelerator(config, output_dir)
     lock = RunLock(output_dir, "pretraining run")
     on_main(accelerator, lambda: lock.acquire() and None)

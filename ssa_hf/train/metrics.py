@@ -174,6 +174,38 @@ def training_card_info(config: PretrainConfig, metrics: dict[str, Any]) -> dict[
     return {k: v for k, v in info.items() if v is not None}
 
 
+# an absolute local path inside a string (a path itself, or a description such as "held-out documents of /a/b (20)")
+_ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~$}])/[^\s,;()\[\]'\"]+")
+
+
+def portable(value: Any, output_dir: Path) -> Any:
+    """`value` (metrics, a config, card fields) without absolute local paths, for final/ (which `push` uploads): a
+    path inside the run folder becomes relative to it (`checkpoints/checkpoint-40`), one under the data folder
+    `${SSA_HF_DATA_DIR}/...`, any other its file or folder name (as convert records its source)."""
+    from ..data.sources import DATA_DIR_ENV, default_data_dir
+
+    roots = [(Path(output_dir).resolve(), None), (default_data_dir().resolve(), "${" + DATA_DIR_ENV + "}")]
+
+    def rewrite(match: re.Match) -> str:
+        path = Path(match.group(0))
+        for root, prefix in roots:
+            try:
+                relative = path.resolve().relative_to(root)
+            except ValueError:
+                continue
+            text = relative.as_posix()
+            return text if prefix is None else f"{prefix}/{text}"
+        return path.name or match.group(0)
+
+    if isinstance(value, str):
+        return _ABSOLUTE_PATH.sub(rewrite, value)
+    if isinstance(value, dict):
+        return {k: portable(v, output_dir) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(v, output_dir) for v in value]
+    return value
+
+
 def _round(value):
     return round(value, 4) if isinstance(value, float) and math.isfinite(value) else value
 
@@ -184,6 +216,10 @@ def export_final(accelerator, model, tokenizer, config: PretrainConfig, metrics:
     from ..hub import save_checkpoint_folder
 
     final = output_dir / "final"
+    import yaml
+
+    recorded = portable(yaml.safe_load(config.to_yaml()), output_dir)
+    recorded["output_dir"] = Path(config.output_dir).name  # the run by name: final/ travels without its run folder
     accelerator.wait_for_everyone()
     if accelerator.distributed_type.name.startswith("FSDP") or getattr(accelerator, "is_fsdp2", False):
         # sharded weights: gather the full state dict (collective) into an unsharded copy on the main process
@@ -200,10 +236,10 @@ def export_final(accelerator, model, tokenizer, config: PretrainConfig, metrics:
             tokenizer=tokenizer,
             overwrite=True,
             extra_files={
-                "training_config.yaml": config.to_yaml(),
-                "metrics.json": json.dumps(_jsonable(metrics), indent=2) + "\n",
+                "training_config.yaml": yaml.safe_dump(recorded, sort_keys=False),
+                "metrics.json": json.dumps(portable(_jsonable(metrics), output_dir), indent=2) + "\n",
             },
-            training=training_card_info(config, metrics),
+            training=portable(training_card_info(config, metrics), output_dir),
             base_preset=config.model.preset,
             model_name=config.run_name or output_dir.resolve().name,
         )

@@ -296,6 +296,17 @@ def make_accelerator(config: PretrainConfig, output_dir: Path):
     return accelerator
 
 
+def check_schedule(config: PretrainConfig) -> None:
+    """Warn at the start of a run whose warm-up does not end before its last step (e.g. a paper config's 24,000
+    warm-up steps kept under `--max_steps 300`): the learning rate would never reach its peak."""
+    if config.warmup_steps >= config.max_steps > 0:
+        peak = config.learning_rate * config.max_steps / config.warmup_steps
+        logger.warning(
+            "warmup_steps (%d) >= max_steps (%d): the learning rate rises linearly for the whole run and ends at "
+            "%.3g, never reaching learning_rate %.3g; lower --warmup_steps (e.g. to %d, 10%% of the steps)",
+            config.warmup_steps, config.max_steps, peak, config.learning_rate, max(1, config.max_steps // 10))
+
+
 def check_push_settings(config: PretrainConfig) -> None:
     """Fail before training, not after it, on push settings that cannot work: the repository id, a token, the
     network (HF_HUB_OFFLINE), hub_private without push_to_hub."""

@@ -124,3 +124,41 @@ def test_plot_labels_drop_folders():
     assert short_label("held-out documents of /data/aochildes/train.jsonl (1000)") == "held-out documents of\ntrain.jsonl (1000)"
     assert short_label("/work/shared/data/wikitext/wiki.test.raw") == "wiki.test.raw"
     assert short_label("results/wiki") == "results/wiki"  # not a path: a label made of keys, or a Hub name
+
+
+def test_one_checkpoint_under_two_names_is_one_model(outputs, tmp_path):
+    """The probe of tiny-ssa renamed `copy`: the weight hash says it is tiny-ssa, so the report shows one model."""
+    result = run_compare(CompareConfig(results=[str(outputs / "eval"), str(outputs / "probe-tiny-ssa")],
+                                       names=["", "copy"], output_dir=str(tmp_path)))
+    text = result.markdown
+    models = text.split("## Models")[1].split("##")[0]
+    assert models.count("| tiny-ssa |") == 1 and "| copy |" not in models
+    assert "`copy` has the same weights as `tiny-ssa`" in text
+    assert result.zorro[0]["name"] == "tiny-ssa" and "copy loglik" not in text
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda records: records[0].update(perplexity=-5.0), r"perplexity 'wikitext'.* is -5.0, which no evaluation"),
+    (lambda records: records[0].update(perplexity=0.5), r"is 0.5, which no evaluation"),
+    (lambda records: records[0].update(perplexity=float("nan")), r"is nan"),
+])
+def test_impossible_perplexities_are_refused(outputs, tmp_path, edit, message):
+    records = json.loads((outputs / "ppl-tiny-ssa" / "perplexity.json").read_text())
+    edit(records)
+    (tmp_path / "perplexity.json").write_text(json.dumps(records))
+    with pytest.raises(ValueError, match=message):
+        load_results([str(tmp_path / "perplexity.json")])
+
+
+def test_impossible_accuracies_are_refused(outputs, tmp_path):
+    run = json.loads((outputs / "eval" / "tiny-ssa" / "eval.json").read_text())
+    run["tasks"]["boolq"]["metrics"]["acc"]["value"] = 1.5
+    (tmp_path / "eval.json").write_text(json.dumps(run))
+    with pytest.raises(ValueError, match=r"boolq/acc is 1.5, which no evaluation produces"):
+        load_results([str(tmp_path / "eval.json")])
+    probe = json.loads((outputs / "probe-tiny-ssa" / "probe.json").read_text())
+    paradigm = next(iter(probe["paradigms"]))
+    probe["paradigms"][paradigm]["loglik"]["accuracy"] = -0.1
+    (tmp_path / "probe.json").write_text(json.dumps(probe))
+    with pytest.raises(ValueError, match=r"zorro accuracy .*loglik is -0.1"):
+        load_results([str(tmp_path / "probe.json")])

@@ -177,6 +177,28 @@ def test_ssa_hf_model_name_on_lm_eval_command_line(ssa_run, ssa_causal_dir, tmp_
     _assert_same_numbers(results, json.loads((out / "eval_samples.json").read_text()), raw["results"], samples)
 
 
+def test_lm_eval_command_line_without_device_runs_on_this_machine(ssa_run, ssa_causal_dir, tmp_path, monkeypatch):
+    """`ssa-hf-lm-eval --model ssa-hf ...` without --device (lm-eval's own default is cuda:0, a traceback on a CPU
+    machine): the wrapper resolves the device, and the run writes its results."""
+    from ssa_hf.evaluation.lm_eval_cli import main
+
+    _, out = ssa_run
+    monkeypatch.chdir(tmp_path)
+    main(["run", "--model", "ssa-hf", "--model_args", f"pretrained={ssa_causal_dir}", "--tasks", "arc_easy",
+          "--include_path", str(out / "lm_eval_tasks"), "--limit", "2", "--output_path", str(tmp_path / "results")])
+    (results,) = (tmp_path / "results").rglob("results_*.json")
+    assert "arc_easy" in json.loads(results.read_text())["results"]
+
+
+def test_the_wrapper_adds_a_device_only_to_runs_that_name_none():
+    from ssa_hf.evaluation.lm_eval_cli import with_default_device
+
+    assert with_default_device(["run", "--model", "ssa-hf"])[-2:] == ["--device", "cpu"]  # (the tests run on CPU)
+    assert with_default_device(["--model", "ssa-hf", "--device", "cuda:1"]) == ["--model", "ssa-hf", "--device", "cuda:1"]
+    assert with_default_device(["--model", "ssa-hf", "--device=mps"]) == ["--model", "ssa-hf", "--device=mps"]
+    assert with_default_device(["ls", "tasks"]) == ["ls", "tasks"]
+
+
 def direct_loglikelihood(model_dir, context: str, continuation: str) -> float:
     """log p(continuation | context) by a plain forward pass, tokenised as lm-eval's HFLM does (no BOS; the
     continuation's tokens are those of the whole string after the context's)."""

@@ -68,8 +68,13 @@ def test_missing_data_file_names_the_file(data_dir, tmp_path):
 
 
 def test_unknown_local_task_lists_the_known_ones(data_dir, tmp_path):
-    with pytest.raises(ValueError, match=r"unknown task\(s\) \['lambada_openai'\].*arc_challenge"):
+    with pytest.raises(ValueError, match=r"unknown task\(s\) \['lambada_openai'\].*arc_challenge") as error:
         write_local_tasks(data_dir, tmp_path / "tasks", ["arc_easy", "lambada_openai"])
+    # the folder has no WinoGrande or COPA copy: the message says where one would go, never that one exists
+    message = str(error.value)
+    holds = message.split("holds local copies for ")[1].split("]")[0]
+    assert "copa" not in holds and "winogrande" not in holds and "arc_easy" in holds
+    assert "copa runs from a copy at DATA_DIR/copa/val.jsonl" in message
 
 
 def test_piqa_labels_must_align(data_dir, tmp_path):

@@ -117,3 +117,48 @@ def test_progress_bar_counts_windows(reference_runs, capsys):
     final = reference_runs("causal").final_dir
     evaluate_perplexity(final, heldout=True, windows=5, batch_size=2, seed=1, progress=True)
     assert "5/5" in capsys.readouterr().err
+
+
+def _gpt2_folder(folder, ssa: bool):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from ssa_hf import SSAGPT2Config, SSAGPT2LMHeadModel
+
+    from . import fixtures
+
+    tok = fixtures.tokenizer(masked=False)
+    shape = dict(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=4, n_positions=64, eos_token_id=tok.eos_token_id)
+    model = SSAGPT2LMHeadModel(SSAGPT2Config(**shape)) if ssa else GPT2LMHeadModel(GPT2Config(**shape))
+    return fixtures.save(model, tok, folder)
+
+
+@pytest.mark.parametrize("ssa", [False, True], ids=["stock-gpt2", "ssa-gpt2"])
+def test_perplexity_of_gpt2_family_causal_lms(ssa, tmp_path):
+    """GPT2LMHeadModel's name does not end in ForCausalLM; it is a causal LM all the same (it was refused)."""
+    folder = _gpt2_folder(tmp_path / "gpt2", ssa)
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", ["the cat sat on the mat . " * 8] * 6)
+    (result,) = evaluate_perplexity(str(folder), [str(corpus)], windows=3, window_length=16, device="cpu")
+    assert result.windows == 3 and math.isfinite(result.perplexity)
+
+
+def test_windows_longer_than_the_positions_are_refused_unless_asked(reference_runs):
+    final = reference_runs("causal").final_dir  # 128 positions
+    with pytest.raises(ValueError, match=r"window_length 129 is longer than the 128 positions.*--beyond-positions"):
+        evaluate_perplexity(final, heldout=True, windows=2, window_length=129, seed=1)
+    (result,) = evaluate_perplexity(final, heldout=True, windows=2, window_length=129, seed=1, beyond_positions=True)
+    assert result.window_length == 129
+
+
+def test_a_folder_without_tokenizer_files_gets_ssa_hf_s_message(reference_runs, tmp_path):
+    import shutil
+
+    folder = tmp_path / "no_tokenizer"
+    shutil.copytree(reference_runs("causal").final_dir, folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (folder / name).unlink(missing_ok=True)
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", ["the cat sat on the mat . " * 8] * 6)
+    with pytest.raises(FileNotFoundError, match="has no tokenizer files.*name one with --tokenizer"):
+        evaluate_perplexity(str(folder), [str(corpus)], windows=2, window_length=16)
+    (result,) = evaluate_perplexity(str(folder), [str(corpus)], windows=2, window_length=16,
+                                    tokenizer=reference_runs("causal").final_dir)
+    assert result.windows == 2

@@ -144,6 +144,8 @@ def test_masked_lm_run_writes_all_23_paradigms(masked_dir, zorro_root, tmp_path)
     assert results.paradigms[first]["pll"]["correct"] == sum(g > b for b, g in bad_good)
     text = (tmp_path / "probe.md").read_text()
     assert "| paradigm | holistic | pll |" in text and "**mean**" in text
+    # the default tie rule, as run (the page said "ties count as wrong" under every rule)
+    assert "ties broken at random" in text and "count as wrong" not in text
     assert (tmp_path / "probe.png").stat().st_size > 1000
 
 

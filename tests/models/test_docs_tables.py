@@ -30,3 +30,19 @@ def test_every_parameter_and_backend_is_documented():
     for spec in tables.parameter_specs():
         assert f"`{spec.field}`" in settings
     assert all(f"`{name}`" in tables.backends_table() for name in tables.BACKENDS)
+
+
+def test_the_sdpa_baseline_snippet_builds_a_small_model():
+    """docs/models.md's SDPA-baseline snippet, run as written (on the meta device: the snippet once built a default
+    7B Llama, which the OOM killer stopped without a message)."""
+    import torch
+
+    text = (DOCS / "models.md").read_text()
+    start = text.index("PyTorch's own SDPA for a softmax model")
+    block = text[text.index("```python\n", start) + len("```python\n"):]
+    block = block[: block.index("```")]
+    namespace: dict = {}
+    with torch.device("meta"):
+        exec(compile(block, "docs/models.md", "exec"), namespace)
+    assert sum(p.numel() for p in namespace["model"].parameters()) < 2_000_000
+    assert namespace["model"].config._attn_implementation == "sdpa"

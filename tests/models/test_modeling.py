@@ -130,10 +130,14 @@ REMOTE_SCRIPT = textwrap.dedent(
     import transformers
     from transformers import AutoTokenizer
     cases = json.loads(sys.argv[1])
+    # every checkpoint is loaded before any runs: each folder brings its own copy of the code, and each copy
+    # registers the ssa_* attention functions with transformers (the last one registered serves all models)
+    models = []
     for folder, auto_name, causal in cases:
-        auto = getattr(transformers, auto_name)
-        model = auto.from_pretrained(folder, trust_remote_code=True).eval()
+        model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()
         assert "transformers_modules" in type(model).__module__, type(model).__module__
+        models.append(model)
+    for (folder, auto_name, causal), model in zip(cases, models):
         tok = AutoTokenizer.from_pretrained(folder)
         data = torch.load(folder + "/inputs.pt")
         kw = {"position_ids": data["pos"]} if causal else {}
@@ -145,9 +149,12 @@ REMOTE_SCRIPT = textwrap.dedent(
 
 
 def test_remote_code_loads_without_ssa_hf(tmp_path):
+    """Many remote-code checkpoints in one process without ssa_hf, each with its own copy of the code: an SSA
+    model and its softmax twin, every family (GPT-2 and a masked model among them) and mixtures, all loaded before
+    any runs, each compared with its installed twin."""
     cases = []
-    remote_cases = [*((f, "ssa") for f in FAMILIES_UNDER_TEST), ("llama", SCORINGS["mixture"]), ("llama", "cosformer"),
-                    ("bert", SCORINGS["mixture-linear"])]
+    remote_cases = [*((f, "ssa") for f in FAMILIES_UNDER_TEST), ("llama", "softmax"), ("llama", SCORINGS["mixture"]),
+                    ("llama", "cosformer"), ("bert", SCORINGS["mixture-linear"])]
     for family, scoring in remote_cases:
         model = build(family, scoring)
         folder = tmp_path / f"{family}-{len(cases)}"
@@ -169,6 +176,33 @@ def test_remote_code_loads_without_ssa_hf(tmp_path):
         remote = torch.load(folder + "/remote.pt")
         assert remote["impl"] == "ssa_auto"
         torch.testing.assert_close(remote["logits"], torch.load(folder + "/inputs.pt")["logits"], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+def test_installed_model_runs_beside_a_remote_code_copy(family, tmp_path):
+    """With ssa-hf installed: loading a checkpoint's own code registers that copy's ssa_* functions last; models
+    of the installed classes (built before and after) still run, with unchanged outputs."""
+    import transformers.dynamic_module_utils as dynamic
+
+    from ssa_hf.models import register_with_transformers
+
+    installed = build(family, "ssa")
+    ids, mask = batch_for(installed)
+    with torch.no_grad():
+        before = forward(installed, ids, mask).logits
+    twin = tmp_path / f"softmax_twin_{family}"
+    build(family, "softmax").save_pretrained(twin)
+    try:
+        # the checkpoint's own class (the Auto classes prefer the installed one when ssa-hf is imported)
+        reference = json.loads((twin / "config.json").read_text())["auto_map"][auto_class(family).__name__]
+        remote_class = dynamic.get_class_from_dynamic_module(reference, str(twin))
+        assert "transformers_modules" in remote_class.__module__
+        remote = remote_class.from_pretrained(twin).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(forward(installed, ids, mask).logits, before, atol=0, rtol=0)
+            forward(remote, ids, mask)
+    finally:
+        register_with_transformers()  # the installed functions again, for the tests that follow
 
 
 @pytest.mark.parametrize("family,scoring", CAUSAL_CASES, ids=CAUSAL_IDS)

@@ -209,6 +209,26 @@ def test_push_settings_are_checked_before_training(settings, message, corpora, t
     assert not (tmp_path / "run").exists()  # nothing trained, nothing written
 
 
+def test_a_missing_card_template_is_reported_before_training(corpora, tmp_path, monkeypatch):
+    """final/ gets a model card at the end of the run: without its template (an install lacking model_cards/) the
+    run used to train every step and then fail, leaving no final/."""
+    monkeypatch.setenv("SSA_HF_MODEL_CARDS_DIR", str(tmp_path / "cards"))
+    (tmp_path / "cards").mkdir()
+    with pytest.raises(FileNotFoundError, match="model card template .*ssa_model_card.md does not exist"):
+        pretrain(tiny_config("causal", corpora, tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_warm_up_past_the_last_step_is_warned_at_the_start(corpora, tmp_path, caplog):
+    config = tiny_config("causal", corpora, tmp_path / "run", warmup_steps=24000, max_steps=2, eval_steps=0,
+                         save_steps=0)
+    with caplog.at_level("WARNING", logger="ssa_hf.train"):
+        pretrain(config)
+    first = next(r for r in caplog.records if "warmup_steps" in r.getMessage())
+    assert "warmup_steps (24000) >= max_steps (2)" in first.getMessage() and "--warmup_steps" in first.getMessage()
+    assert caplog.records.index(first) == 0 or not any("step 1" in r.getMessage() for r in caplog.records[:caplog.records.index(first)])
+
+
 def test_a_missing_token_is_reported_before_training(corpora, tmp_path, monkeypatch):
     import huggingface_hub
     from huggingface_hub import constants

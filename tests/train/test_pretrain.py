@@ -59,7 +59,13 @@ def test_run_writes_a_hub_ready_folder_and_logs(task, reference_runs):
     assert model.config.vocab_size == len(tokenizer) == 300
     from ssa_hf.train import load_config
 
-    config = load_config(final / "training_config.yaml")
+    # final/ carries no absolute local path (push uploads it): the run by name, the data by file name, and its
+    # config still loads; the run folder's own copy names the data as given
+    for name in ("training_config.yaml", "metrics.json", "README.md", "ssa_hf_card.json"):
+        text = (final / name).read_text()
+        assert str(out.parent) not in text and "/tmp" not in text, name
+    assert load_config(final / "training_config.yaml").output_dir == "run"
+    config = load_config(out / "training_config.yaml")
     from ssa_hf.data.corpus import build_corpus
 
     corpus = build_corpus(config.data, tokenizer, task, seed=config.seed, show_progress=False)
