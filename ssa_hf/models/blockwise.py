@@ -189,7 +189,8 @@ def _torch_backward(grad_out, query, key, value, out, lse, b, n, layout: _Layout
 
 
 def _native_inputs(*tensors):
-    return [t.to(torch.float32).contiguous() for t in tensors]
+    return [t if t.dtype == torch.float32 and t.is_contiguous() else t.to(torch.float32).contiguous()
+            for t in tensors]
 
 
 def _use_native(query):
@@ -285,6 +286,8 @@ def _as_head_param(x, H, like):
     dtype = _compute_dtype(like.dtype)
     if not torch.is_tensor(x):
         return torch.full((H,), float(x), dtype=dtype, device=like.device)
+    if x.dtype == dtype and x.device == like.device and x.dim() == 1 and x.shape[0] == H:
+        return x  # already what the kernel takes (a model's per-head parameters)
     x = x.to(device=like.device, dtype=dtype)
     return x.reshape(1).expand(H) if x.numel() == 1 else x.reshape(H)
 
