@@ -3,6 +3,28 @@ block) work items, their torch entry points and the operator registration.  See 
 native.py for the build.  Part of the remote-code unit (a string, no imports)."""
 
 KERNEL_SOURCE = r"""
+// bfloat16 tile products, bf16 x bf16 -> fp32, through torch's exported at::native::cpublas::brgemm (oneDNN's
+// brgemm ukernel on AMX CPUs; elsewhere torch's own bf16 gemm): C[m x n] (+)= A[m x k] B[k x n], row-major, B in
+// its plain (not VNNI-packed) layout
+inline void gemm_bf16(int64_t m, int64_t n, int64_t k, const at::BFloat16* A, int64_t lda, const at::BFloat16* B,
+                      int64_t ldb, bool add, float* C, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (!add)
+      for (int64_t i = 0; i < m; ++i) std::fill(C + i * ldc, C + i * ldc + n, 0.0f);
+    return;
+  }
+  at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, add, A, B, C, /*is_vnni=*/false);
+}
+
+// dst[c][r] = src[r][c] for a [rows x cols] bf16 block (a key tile as the [D x C] operand of Q K^T)
+inline void transpose_bf16(const at::BFloat16* src, int64_t rows, int64_t cols, int64_t lds, at::BFloat16* dst,
+                           int64_t ldd) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+
+
 // T: the element type of q, k, v and out (float, or at::BFloat16: Q K^T as bf16 x bf16 -> fp32 tile products,
 // statistics and accumulation in fp32, and P V in fp32 from a float copy of the value tile: rounding P to bf16
 // instead (as SDPA's flash kernel does) doubled the output error against float64 on the test shapes, and the tile
