@@ -443,3 +443,14 @@ def test_bfloat16_error_within_sdpa_bfloat16_error(is_causal, masked, kernel):
     for got, want in ((ours_soft, want_soft), (ours_ssa, want_ssa)):
         for name, e, s in zip(("out", "dq", "dk", "dv"), err(got, want), sdpa):
             assert e <= 1.5 * s, f"{kernel} {name}: error {e:.3g} > 1.5 x SDPA's {s:.3g}"
+
+
+def test_bfloat16_op_matches_its_fake_kernel(kernel):
+    """torch.library.opcheck on bf16 inputs: the fake kernel's output dtypes (bf16 out, fp32 lse) are the real
+    ones on every path, and autograd through the op works (what torch.compile and torch.export rely on)."""
+    q, k, v, b, n = _inputs(1, 4, 2, 20, 20, 8, seed=42, big=1.0, dtype=torch.bfloat16)
+    q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+    args = (q, k, v, b.float(), n.float(), None, True, 8 ** -0.5, 8, 8)
+    out, lse = bw.attention_forward(*args)
+    assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    torch.library.opcheck(bw.attention_forward, args)
