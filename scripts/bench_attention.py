@@ -14,6 +14,12 @@ another) that measures:
   it (gc and glibc malloc_trim first; the peak is the kernel's VmHWM, reset through /proc/self/clear_refs). It
   counts everything the call touches: outputs, saved tensors, gradients, workspaces, allocator slack.
 Ratios are against SDPA softmax of the same length and mode, measured in the same run.
+Each row also gives its share of the machine's GEMM peak: the attention's useful flops (forward: Q K^T and P V;
+fwd+bwd: those and the backward's four products; causal: the visible half) per second, over the rate of a large
+torch.matmul measured at the start of the run with the same threads (float32, and bfloat16 for bfloat16 runs;
+float16 runs are computed in float32 by the kernel and compared with the float32 peak). The CPU's model and its
+vector/matrix features (AVX2, AVX-512 and its bf16/VNNI/FP16 extensions, AMX; NEON/SVE on Arm) and the fused
+kernel's vector lanes are recorded with the results.
 
     python scripts/bench_attention.py --quick           # L in 256, 1024, 2048; softmax, ssa; 3 repeats (~10 min)
     python scripts/bench_attention.py                   # L in 256, 1024, 2048, 4096
@@ -232,18 +238,82 @@ def _variants(args) -> list[tuple[str, str, str]]:
     return out
 
 
+VECTOR_FEATURES = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+                   "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
+                   "asimd", "sve", "sve2", "bf16", "i8mm")
+
+
+def cpu_description() -> dict:
+    """The CPU's model name and which vector/matrix features it has (from /proc/cpuinfo), and the fused kernel's
+    vector lanes (0: portable passes only)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model") and model in ("", platform.machine(), platform.processor()):
+                model = value.strip()
+            if key.strip() in ("flags", "Features"):
+                flags |= set(value.split())
+    except OSError:
+        pass
+    lanes = None
+    try:
+        from ssa_hf.models import native
+
+        ops = native.load_kernels()
+        lanes = ops.vector_lanes() if ops is not None else None
+    except Exception:  # the description is informative only
+        pass
+    return {"model": model, "features": [f for f in VECTOR_FEATURES if f in flags], "kernel_vector_lanes": lanes}
+
+
+def gemm_peak_gflops(dtype_name: str, threads: int, size: int = 2048, seconds: float = 3.0) -> float:
+    """The best rate of a [size x size] @ [size x size] torch.matmul in `dtype_name` (GFLOP/s)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    dtype = getattr(torch, dtype_name)
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    torch.matmul(a, b)
+    best, deadline = float("inf"), time.perf_counter() + seconds
+    for i in range(20):
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        best = min(best, time.perf_counter() - start)
+        if i >= 2 and time.perf_counter() > deadline:
+            break
+    return 2.0 * size ** 3 / best / 1e9
+
+
+def attention_flops(mode: str, batch: int, heads: int, length: int, head_dim: int) -> float:
+    """Useful flops of one call: 2 (forward) or 6 (fwd+bwd) products of 2 L_q L_k D flops; causal rows see half."""
+    if mode == "decode":
+        return 2 * 2.0 * batch * heads * length * head_dim
+    products = 2 if mode == "fwd" else 6
+    return products * 2.0 * batch * heads * length * length * head_dim * 0.5
+
+
+def _add_shares(rows: list[dict], peaks: dict, cell: dict) -> None:
+    peak = peaks.get("bfloat16" if cell["dtype"] == "bfloat16" else "float32")
+    for r in rows:
+        if "time_s" in r and peak:
+            flops = attention_flops(r["mode"], cell["batch"], cell["heads"], r["length"], cell["head_dim"])
+            r["gemm_share"] = flops / r["time_s"] / 1e9 / peak
+
+
 def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| L | mode | variant | time (ms) | x SDPA | peak extra MB | x SDPA | note |",
-             "|---:|---|---|---:|---:|---:|---:|---|"]
+    lines = ["| L | mode | variant | time (ms) | x SDPA | share of GEMM peak | peak extra MB | x SDPA | note |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         note = r.get("skipped") or r.get("error") or ""
         lines.append(f"| {r['length']} | {r['mode']} | {r['variant']} | {_fmt(r.get('time_s') and 1e3 * r['time_s'], '.2f')} "
-                     f"| {_fmt(r.get('time_ratio'), '.2f')} | {_fmt(r.get('extra_mb'), '.1f')} "
-                     f"| {_fmt(r.get('memory_ratio'), '.2f')} | {note[:100]} |")
+                     f"| {_fmt(r.get('time_ratio'), '.2f')} | {_fmt(r.get('gemm_share') and 100 * r['gemm_share'], '.0f')}% "
+                     f"| {_fmt(r.get('extra_mb'), '.1f')} | {_fmt(r.get('memory_ratio'), '.2f')} | {note[:100]} |")
     return "\n".join(lines)
 
 
@@ -274,13 +344,13 @@ def run_paired(args, variants, lengths, modes, base_cell) -> list[dict]:
 
 
 def paired_table(rows: list[dict]) -> str:
-    lines = ["| busy processes | L | mode | variant | time (ms) | x SDPA (same load) | note |",
-             "|---:|---:|---|---|---:|---:|---|"]
+    lines = ["| busy processes | L | mode | variant | time (ms) | x SDPA (same load) | share of GEMM peak | note |",
+             "|---:|---:|---|---|---:|---:|---:|---|"]
     for r in rows:
         note = r.get("skipped") or r.get("error") or ""
         lines.append(f"| {r['load']} | {r['length']} | {r['mode']} | {r['variant']} "
                      f"| {_fmt(r.get('time_s') and 1e3 * r['time_s'], '.2f')} | {_fmt(r.get('time_ratio'), '.2f')} "
-                     f"| {note[:100]} |")
+                     f"| {_fmt(r.get('gemm_share') and 100 * r['gemm_share'], '.0f')}% | {note[:100]} |")
     return "\n".join(lines)
 
 
@@ -331,6 +401,12 @@ def main(argv=None) -> int:
     variants = _variants(args)
     from ssa_hf.models.linear import LINEAR_ATTENTIONS  # linear attention materialises nothing [L, L]
 
+    cpu = cpu_description()
+    peaks = {"float32": gemm_peak_gflops("float32", args.threads)}
+    if args.dtype == "bfloat16":
+        peaks["bfloat16"] = gemm_peak_gflops("bfloat16", args.threads)
+    print(f"{cpu['model']}: {' '.join(cpu['features'])}; kernel vector lanes {cpu['kernel_vector_lanes']}; GEMM peak "
+          + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()), file=sys.stderr, flush=True)
     busy_before = busy_fraction()
     base_cell = {"batch": args.batch, "heads": args.heads, "kv_heads": args.kv_heads or args.heads,
                  "head_dim": args.head_dim, "dtype": args.dtype, "threads": args.threads, "warmup": args.warmup,
@@ -364,7 +440,9 @@ def main(argv=None) -> int:
                 rows.append(row)
     import torch
 
-    machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "threads": args.threads,
+    _add_shares(rows, peaks, base_cell)
+    machine = {"cpu": cpu["model"], "cpu_features": cpu["features"], "kernel_vector_lanes": cpu["kernel_vector_lanes"],
+               "gemm_peak_gflops": peaks, "cores": os.cpu_count(), "threads": args.threads,
                "torch": torch.__version__, "python": platform.python_version(),
                "shape": f"B={args.batch} H={args.heads} Hkv={args.kv_heads or args.heads} D={args.head_dim} "
                         f"{args.dtype}, causal (decode: 1 query, no mask)",
@@ -372,7 +450,9 @@ def main(argv=None) -> int:
                "busy_before": busy_before, "load": args.load, "busy_after": busy_fraction(), "wall_s": round(time.perf_counter() - started, 1)}
     text = paired_table(rows) if args.load else table(rows)
     Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows, "table": text}, indent=2) + "\n")
-    print(f"\n{machine['shape']}; {machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; median of "
+    print(f"\n{cpu['model']} ({' '.join(cpu['features'])}; kernel vector lanes {cpu['kernel_vector_lanes']}); GEMM peak "
+          + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()))
+    print(f"{machine['shape']}; {machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; median of "
           f"{args.repeats} (decode {args.decode_repeats}); ratios against SDPA softmax in the same run; machine busy "
           f"before/after: {busy_before}/{machine['busy_after']} (0 = idle)\n")
     print(text)

@@ -1,11 +1,18 @@
 #!/usr/bin/env python
-"""Training and decoding throughput of SSALlama with SSA against the same model with softmax, in one run.
+"""Training and decoding throughput of ssa-hf models with SSA against softmax and against the stock transformers
+class a user would pick instead, in one run.
 
-Variants (same weights, same data):
+Variants (same sizes and data; the ssa-hf variants share their weights):
 - `ssa` and `softmax` through the same ssa-hf attention (`ssa_auto`: on CPU the blockwise kernel, for training,
   prompts and decoding steps alike);
-- `softmax sdpa`: PyTorch's fused softmax attention (transformers' `sdpa`), the fastest softmax available.
-Presets: `tiny_llama` and `decoder_114m` (12 layers, hidden 768, 24 heads / 8 key-value heads, 50k vocabulary).
+- `softmax sdpa`: the ssa-hf model with PyTorch's fused softmax attention (transformers' `sdpa`);
+- `stock sdpa`: the stock transformers class with the same sizes, MLP and norm (LlamaForCausalLM for SwiGLU +
+  RMSNorm, NemotronForCausalLM for decoder_114m's squared-ReLU MLP + LayerNorm1P + partial RoPE,
+  GPT2LMHeadModel, RobertaForMaskedLM), attn_implementation="sdpa"; its parameter count is checked against the
+  ssa-hf model's (they differ by SSA's b and n only).
+Presets: `tiny_llama` and `decoder_114m` (12 layers, hidden 768, 24 heads / 8 key-value heads, 50k vocabulary);
+`tiny_gpt2`, `tiny_bert` (masked LM: training only) and the others work too.
+`--dtype bfloat16` builds every model with bf16 weights; `--autocast` runs float32 weights under CPU bf16 autocast.
 
     python scripts/bench_model.py --quick        # tiny at L=256, 1024; 114M at L=256, 1024 (~10 minutes, 2 cores)
     python scripts/bench_model.py --presets decoder_114m --lengths 1024 --batch 1 --steps 3
@@ -38,11 +45,61 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import MALLOC_ENV, BusyProcesses, busy_fraction, paired_ratio, pin_malloc_env, split_args  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-VARIANTS = [("ssa", "ssa", "ssa_auto"), ("softmax", "softmax", "ssa_auto"), ("softmax sdpa", "softmax", "sdpa")]
+VARIANTS = [("ssa", "ssa", "ssa_auto"), ("softmax", "softmax", "ssa_auto"), ("softmax sdpa", "softmax", "sdpa"),
+            ("stock sdpa", "softmax", "stock")]
 QUICK_PLAN = [("tiny_llama", 256), ("tiny_llama", 1024), ("decoder_114m", 256), ("decoder_114m", 1024)]
 
 
-def build(preset: str, scoring: str, implementation: str, max_length: int):
+def _task(config) -> str:
+    from ssa_hf.presets import DEFAULT_TASK, family_of
+
+    return DEFAULT_TASK[family_of(config)]
+
+
+def stock_model(config, dtype=None):
+    """The stock transformers model with `config`'s sizes, MLP and norm, on SDPA (see the module docstring)."""
+    import transformers
+
+    d = config.to_dict()
+    family = config.model_type
+    common = {k: d[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
+                                "initializer_range", "tie_word_embeddings", "bos_token_id", "eos_token_id",
+                                "pad_token_id", "rope_parameters") if k in d}
+    if family == "ssa_llama":
+        mlp, norm = d.get("mlp_type", "swiglu"), d.get("norm_type", "rmsnorm")
+        if (mlp, norm) == ("swiglu", "rmsnorm"):
+            stock_config = transformers.LlamaConfig(**common, rms_norm_eps=d["rms_norm_eps"],
+                                                    attention_bias=d.get("attention_bias", False),
+                                                    mlp_bias=d.get("mlp_bias", False), head_dim=d.get("head_dim"))
+            cls = transformers.LlamaForCausalLM
+        elif (mlp, norm) == ("relu2", "layernorm1p"):
+            stock_config = transformers.NemotronConfig(**common, norm_eps=d["rms_norm_eps"], hidden_act="relu2",
+                                                       attention_bias=d.get("attention_bias", False),
+                                                       mlp_bias=d.get("mlp_bias", False), head_dim=d.get("head_dim"))
+            cls = transformers.NemotronForCausalLM
+        else:
+            raise SystemExit(f"no stock transformers class has mlp_type={mlp!r} with norm_type={norm!r}")
+    elif family == "ssa_gpt2":
+        stock_config = transformers.GPT2Config(**{k: v for k, v in d.items() if k in transformers.GPT2Config().to_dict()
+                                                  and k not in ("model_type", "architectures", "transformers_version")})
+        cls = transformers.GPT2LMHeadModel
+    elif family == "ssa_bert":
+        stock_config = transformers.RobertaConfig(**{k: v for k, v in d.items()
+                                                     if k in transformers.RobertaConfig().to_dict()
+                                                     and k not in ("model_type", "architectures", "transformers_version")})
+        cls = transformers.RobertaForMaskedLM
+    else:
+        raise SystemExit(f"no stock transformers class for {family!r}")
+    kwargs = {"attn_implementation": "sdpa"} | ({"dtype": dtype} if dtype is not None else {})
+    return cls._from_config(stock_config, **kwargs)
+
+
+def _parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def build(preset: str, scoring: str, implementation: str, max_length: int, dtype=None):
     import torch
 
     from ssa_hf.presets import build_model, load_model_config
@@ -50,12 +107,25 @@ def build(preset: str, scoring: str, implementation: str, max_length: int):
     from ssa_hf.models.attention import own_implementation_overrides
 
     torch.manual_seed(0)
-    overrides = {"attention_scoring": scoring, **own_implementation_overrides(implementation)}
+    stock = implementation == "stock"
+    overrides = {"attention_scoring": scoring, **own_implementation_overrides("sdpa" if stock else implementation)}
     config = load_model_config(preset)
     if getattr(config, "max_position_embeddings", 0) < max_length:
         overrides["max_position_embeddings"] = max_length
     config = load_model_config(preset, **overrides)
-    model = build_model(config, "causal_lm", attn_implementation=implementation)
+    if stock:
+        model = stock_model(config, dtype)
+        ours = build_model(load_model_config(preset, attention_scoring="ssa", **{
+            k: v for k, v in overrides.items() if k == "max_position_embeddings"}), _task(config))
+        extra = _parameters(ours) - _parameters(model)
+        ssa_values = sum(p.numel() for name, p in ours.named_parameters() if name.endswith(("ssa_b", "ssa_n", ".b", ".n"))
+                         or "scoring" in name)
+        if extra != ssa_values:  # the same sizes, MLP and norm: only SSA's own values differ
+            raise RuntimeError(f"stock {type(model).__name__} has {_parameters(model):,} parameters, the ssa-hf model "
+                               f"{_parameters(ours):,} ({ssa_values} of them SSA's): not the same architecture")
+        implementation = "sdpa"
+    else:
+        model = build_model(config, _task(config), attn_implementation=implementation, dtype=dtype)
     if model.config._attn_implementation != implementation:  # a baseline must be what its row says it is
         raise RuntimeError(f"asked for attn_implementation={implementation!r}, the model runs "
                            f"{model.config._attn_implementation!r}")
@@ -73,9 +143,14 @@ class TrainingRun:
         g = torch.Generator().manual_seed(0)
         self.ids = torch.randint(3, model.config.vocab_size, (batch, length), generator=g)
 
+    autocast = False
+
     def step(self) -> float:
+        import torch
+
         start = time.perf_counter()
-        loss = self.model(input_ids=self.ids, labels=self.ids).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast):
+            loss = self.model(input_ids=self.ids, labels=self.ids).loss
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -117,13 +192,19 @@ def generate_call(model, prompt: int, new_tokens: int):
 
 def measure(args, preset: str, length: int) -> list[dict]:
     """Training and decoding rates of every variant at one (preset, length), the variants alternating."""
-    models = {name: build(preset, scoring, impl, max(length, args.prompt + args.new_tokens))
+    import torch
+
+    dtype = getattr(torch, args.dtype)
+    models = {name: build(preset, scoring, impl, max(length, args.prompt + args.new_tokens), dtype)
               for name, scoring, impl in VARIANTS}
+    causal = all(getattr(m, "can_generate", lambda: False)() for m in models.values())
     runs = {name: TrainingRun(model, args.batch, length) for name, model in models.items()}
+    for run in runs.values():
+        run.autocast = args.autocast
     alternate({name: run.step for name, run in runs.items()}, args.warmup)  # builds kernels, warms caches
     train = alternate({name: run.step for name, run in runs.items()}, args.steps, args.min_seconds)
     decode = {}
-    if args.decode:
+    if args.decode and causal:
         calls = {name: generate_call(model, args.prompt, args.new_tokens) for name, model in models.items()}
         alternate(calls, 1)  # warm-up
         decode = alternate(calls, args.decode_repeats, args.min_seconds)
@@ -133,11 +214,14 @@ def measure(args, preset: str, length: int) -> list[dict]:
         row = {"preset": preset, "length": length, "variant": name, "attn_implementation": impl,
                "train_tokens_per_s": args.batch * length / step_s, "train_step_s": step_s,
                "train_steps_timed": len(train[name])}
+        row["parameters"] = _parameters(models[name])
         row["train_vs_sdpa_paired"] = paired_ratio(train["softmax sdpa"], train[name])
-        if args.decode:
+        row["train_vs_stock_paired"] = paired_ratio(train["stock sdpa"], train[name])
+        if decode:
             row["decode_tokens_per_s"] = args.new_tokens / statistics.median(decode[name])
             row["generates_timed"] = len(decode[name])
             row["decode_vs_sdpa_paired"] = paired_ratio(decode["softmax sdpa"], decode[name])
+            row["decode_vs_stock_paired"] = paired_ratio(decode["stock sdpa"], decode[name])
         rows.append(row)
         print(row, file=sys.stderr, flush=True)
     return rows
@@ -163,6 +247,8 @@ def main(argv=None) -> int:
     parser.add_argument("--min-seconds", type=float, default=0.0,
                         help="keep alternating training steps (and generates) until this long has passed per cell")
     parser.add_argument("--no-decode", dest="decode", action="store_false")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights' dtype")
+    parser.add_argument("--autocast", action="store_true", help="training under CPU bfloat16 autocast")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--quick", action="store_true", help="tiny and decoder_114m at L=256 and 1024")
     parser.add_argument("--load", type=int, default=0,
@@ -186,29 +272,31 @@ def main(argv=None) -> int:
         for preset, length in plan:
             rows += measure(args, preset, length)
             gc.collect()
-    keys = ["train_tokens_per_s"] + (["decode_tokens_per_s"] if args.decode else [])
     for row in rows:
         same = {r["variant"]: r for r in rows if r["preset"] == row["preset"] and r["length"] == row["length"]}
-        for key in keys:
-            row[f"{key}_vs_softmax"] = row[key] / same["softmax"][key]
-            row[f"{key}_vs_sdpa"] = row[key] / same["softmax sdpa"][key]
+        for key in ("train_tokens_per_s", "decode_tokens_per_s"):
+            if key in row:
+                row[f"{key}_vs_softmax"] = row[key] / same["softmax"][key]
+                row[f"{key}_vs_sdpa"] = row[key] / same["softmax sdpa"][key]
+                row[f"{key}_vs_stock"] = row[key] / same["stock sdpa"][key]
     machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "threads": args.threads,
                "torch": torch.__version__, "batch": args.batch, "steps": args.steps, "warmup": args.warmup,
                "prompt": args.prompt, "new_tokens": args.new_tokens, "min_seconds": args.min_seconds, "malloc_env": MALLOC_ENV,
-               "busy_before": busy_before, "busy_after": busy_fraction(), "busy_processes": args.load}
-    lines = ["| preset | L | variant | train tok/s | x softmax | x sdpa | paired x sdpa [95% CI] | decode tok/s | x softmax "
-             "| x sdpa | paired x sdpa [95% CI] |",
-             "|---|---:|---|---:|---:|---:|---|---:|---:|---:|---|"]
+               "busy_before": busy_before, "busy_after": busy_fraction(), "busy_processes": args.load,
+               "dtype": args.dtype, "autocast": args.autocast}
+    lines = ["| preset | L | variant | params | train tok/s | x softmax | x sdpa | paired x stock [95% CI] | decode tok/s "
+             "| x softmax | x sdpa | paired x stock [95% CI] |",
+             "|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---|"]
     for r in rows:
         dec = (f"{r['decode_tokens_per_s']:.1f} | {r['decode_tokens_per_s_vs_softmax']:.2f} | "
-               f"{r['decode_tokens_per_s_vs_sdpa']:.2f} | {_interval(r['decode_vs_sdpa_paired'])}") if args.decode \
-            else "- | - | - | -"
-        lines.append(f"| {r['preset']} | {r['length']} | {r['variant']} | {r['train_tokens_per_s']:.0f} | "
-                     f"{r['train_tokens_per_s_vs_softmax']:.2f} | {r['train_tokens_per_s_vs_sdpa']:.2f} | "
-                     f"{_interval(r['train_vs_sdpa_paired'])} | {dec} |")
+               f"{r['decode_tokens_per_s_vs_sdpa']:.2f} | {_interval(r['decode_vs_stock_paired'])}") \
+            if "decode_tokens_per_s" in r else "- | - | - | -"
+        lines.append(f"| {r['preset']} | {r['length']} | {r['variant']} | {r['parameters']:,} | "
+                     f"{r['train_tokens_per_s']:.0f} | {r['train_tokens_per_s_vs_softmax']:.2f} | "
+                     f"{r['train_tokens_per_s_vs_sdpa']:.2f} | {_interval(r['train_vs_stock_paired'])} | {dec} |")
     text = "\n".join(lines)
     Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows, "table": text}, indent=2) + "\n")
-    print(f"\nbatch {args.batch}, median of >= {args.steps} training steps (and >= {args.min_seconds} s) after {args.warmup} warm-up; decoding: prompt "
+    print(f"\n{args.dtype} weights{' under bf16 autocast' if args.autocast else ''}; batch {args.batch}, median of >= {args.steps} training steps (and >= {args.min_seconds} s) after {args.warmup} warm-up; decoding: prompt "
           f"{args.prompt}, {args.new_tokens} new tokens, greedy with KV cache (median of {args.decode_repeats}); "
           f"{machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; {args.load} busy processes; machine busy before/after: "
           f"{busy_before}/{machine['busy_after']} (0 = idle)\n")

@@ -37,11 +37,15 @@ def test_bench_attention_cells_and_ratios(tmp_path):
 def test_bench_model_rows(tmp_path):
     rows = _run("bench_model.py", "--presets", "tiny_llama", "--lengths", "32", "--steps", "1", "--warmup", "1",
                 "--new-tokens", "3", "--decode-repeats", "1", tmp_path=tmp_path)
-    assert [r["variant"] for r in rows] == ["ssa", "softmax", "softmax sdpa"]
+    assert [r["variant"] for r in rows] == ["ssa", "softmax", "softmax sdpa", "stock sdpa"]
     for row in rows:
         assert row["train_tokens_per_s"] > 0 and row["decode_tokens_per_s"] > 0
     assert rows[1]["train_tokens_per_s_vs_softmax"] == 1.0 and rows[2]["train_tokens_per_s_vs_sdpa"] == 1.0
     assert rows[2]["train_vs_sdpa_paired"]["median"] == 1.0 and rows[0]["decode_vs_sdpa_paired"]["rounds"] == 1
+    assert rows[3]["train_tokens_per_s_vs_stock"] == 1.0 and rows[0]["decode_vs_stock_paired"]["rounds"] == 1
+    # the stock LlamaForCausalLM has the ssa-hf model's sizes: the same count as its softmax twin, SSA's b and n
+    # (one pair per head per layer) more for the SSA model
+    assert rows[3]["parameters"] == rows[1]["parameters"] < rows[0]["parameters"]
 
 
 def test_paired_ratio_pairs_rounds_and_covers_the_median():

@@ -101,11 +101,13 @@ def _as_head_tensor(value, heads: int, name: str, device, positive: bool) -> Ten
     if tensor.dim() > 1 or tensor.numel() not in (1, heads):
         raise ValueError(f"{name} must be a scalar or a tensor of shape [num_heads={heads}], got shape {tuple(tensor.shape)}")
     if not torch.compiler.is_compiling():
-        detached = tensor.detach()
-        if not torch.isfinite(detached).all():
-            raise ValueError(f"{name} must be finite, got {detached.tolist()}")
-        if positive and (detached <= 0).any():
-            raise ValueError(f"{name} must be > 0, got {detached.tolist()}")
+        # one read of the (per-head, so few) values and checks in Python: four reductions with a host sync each
+        # cost more than a decoding step's kernel call
+        values = tensor.detach().reshape(-1).tolist()
+        if not all(math.isfinite(x) for x in values):
+            raise ValueError(f"{name} must be finite, got {values}")
+        if positive and not all(x > 0 for x in values):
+            raise ValueError(f"{name} must be > 0, got {values}")
     return tensor.reshape(-1).expand(heads)
 
 
@@ -278,14 +280,35 @@ def _module_groups(module, heads: int, device) -> list[Group]:
     """The module's scoring groups, found by what `module.scoring` does (`attention_groups`), not by its class: a
     model loaded from another remote-code copy than the one whose function transformers calls still runs, with
     its own registry entries."""
-    groups = getattr(getattr(module, "scoring", None), "attention_groups", None)
+    scoring = getattr(module, "scoring", None)
+    groups = getattr(scoring, "attention_groups", None)
     if not callable(groups):
         raise ValueError(
             f"attn_implementation 'ssa_*' needs an attention module that carries ssa-hf scoring parameters "
             f"(`module.scoring`); {type(module).__name__} has none. Use an ssa-hf model class (SSALlama*, SSABert*, SSAGPT2*) "
             f"or convert a checkpoint with `ssa-hf convert`."
         )
-    return [(spec, index, {k: v.to(device) for k, v in params.items()}) for spec, index, params in groups(heads)]
+    # Inference (no autograd graph to build, not compiling): the groups are computed once per layer and reused
+    # until the scoring module's tensors change (an optimizer step or an in-place load bumps their version
+    # counters; a move or a dtype change gives new storage; a load that assigns new tensors clears the cache
+    # through a load_state_dict hook), instead of rebuilding parameter views on every decoding step.
+    cacheable = isinstance(scoring, torch.nn.Module) and not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+    if cacheable:
+        cached = scoring.__dict__.get("_ssa_attention_groups")
+        if cached is not None and cached[0] == (heads, device) and all(
+                t._version == version and t.data_ptr() == ptr for t, version, ptr in cached[1]):
+            return cached[2]
+    result = [(spec, index, {k: v.to(device) for k, v in params.items()}) for spec, index, params in groups(heads)]
+    if cacheable:
+        if "_ssa_attention_groups" not in scoring.__dict__:
+            scoring.register_load_state_dict_post_hook(_forget_groups)
+        tensors = [(t, t._version, t.data_ptr()) for t in (*scoring.parameters(), *scoring.buffers())]
+        scoring.__dict__["_ssa_attention_groups"] = ((heads, device), tensors, result)
+    return result
+
+
+def _forget_groups(module, incompatible_keys) -> None:
+    module.__dict__["_ssa_attention_groups"] = None
 
 
 def _keep_mask(additive: Tensor) -> Tensor:

@@ -234,6 +234,7 @@ def supported_backends(scoring: str | list[str], device: str | torch.device = "c
 
 
 _logged: set = set()
+_CHOICES: dict = {}
 
 
 def _log_once(scoring: str, backend: str, device: torch.device, reason: str) -> None:
@@ -252,8 +253,17 @@ def dispatch(call: AttentionCall, backend: str | None,
     spec, device = call.spec, call.query.device
     needs_grad = call.needs_grad()
     if backend is None:
-        backend, reason = choose_backend(spec, device, needs_grad, call.dropout, call.query.shape[2],
-                                         call.key.shape[2], call.need_weights)
+        # the choice depends on the lengths only through the small-problem threshold: remembered per request kind
+        # (a decoding step would otherwise walk the table every call)
+        key = (id(spec), spec.name, device, needs_grad, call.dropout,
+               call.query.shape[2] * call.key.shape[2] > _SMALL_PROBLEM, call.need_weights)
+        chosen = None if torch.compiler.is_compiling() else _CHOICES.get(key)
+        if chosen is None:
+            chosen = choose_backend(spec, device, needs_grad, call.dropout, call.query.shape[2], call.key.shape[2],
+                                    call.need_weights)
+            if not torch.compiler.is_compiling():
+                _CHOICES[key] = chosen
+        backend, reason = chosen
     else:
         reason = "requested"
         refusal = BACKENDS[backend].refuses(spec, needs_grad, device, call.dropout)

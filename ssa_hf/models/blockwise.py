@@ -13,8 +13,9 @@ Two custom ops (``torch.library``) carry the computation, so that ``torch.compil
 * ``ssa_hf::attention_backward(grad_out, query, key, value, out, lse, b, n, mask, causal, scale, block_q,
   block_k, need_bn) -> (dq, dk, dv, db, dn)``
 
-Their implementation runs the fused C++ kernel of native.py (float32 compute for float32/float16/bfloat16
-inputs) or, for float64, on other devices, with non-finite inputs or where the kernel cannot be built, the same
+Their implementation runs the fused C++ kernel of native.py (float32 compute for float32/float16 inputs; the
+forward reads and writes bfloat16 itself, bf16 x bf16 -> fp32 tile products with fp32 statistics, and its
+backward computes in float32) or, for float64, on other devices, with non-finite inputs or where the kernel cannot be built, the same
 math in torch ops in float64, one block of query rows at a time (``_torch_forward`` / ``_torch_backward``: the
 plain statement of what the kernel computes, and the float64 oracle of its tests).
 
@@ -53,6 +54,12 @@ _TORCH_BLOCK = 128
 def _compute_dtype(dtype):
     """float64 stays float64; everything else (fp32, fp16, bf16) is computed in float32."""
     return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _out_dtype(dtype):
+    """The forward op's output dtype: bfloat16 for bfloat16 inputs (the fused kernel reads and writes bf16 itself,
+    with fp32 accumulation), else the compute dtype.  The row logsumexp is always in the compute dtype."""
+    return torch.bfloat16 if dtype == torch.bfloat16 else _compute_dtype(dtype)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -182,7 +189,8 @@ def _torch_backward(grad_out, query, key, value, out, lse, b, n, layout: _Layout
 
 
 def _native_inputs(*tensors):
-    return [t.to(torch.float32).contiguous() for t in tensors]
+    return [t if t.dtype == torch.float32 and t.is_contiguous() else t.to(torch.float32).contiguous()
+            for t in tensors]
 
 
 def _use_native(query):
@@ -196,11 +204,15 @@ def _forward(query: Tensor, key: Tensor, value: Tensor, b: Tensor, n: Tensor, ma
     ssa = b.numel() > 0
     ops = load_kernels() if _use_native(query) else None
     if ops is not None:
-        res = ops.forward(*_native_inputs(query, key, value, b, n), mask, causal, scale, block_q, block_k, True,
-                          _STATIC_BOUND_MAX, _SERIAL_FLOPS)
+        if query.dtype == torch.bfloat16:  # read as they are: no float32 copies of q, k, v or out
+            qkv = [t.contiguous() for t in (query, key, value)] + _native_inputs(b, n)
+        else:
+            qkv = _native_inputs(query, key, value, b, n)
+        res = ops.forward(*qkv, mask, causal, scale, block_q, block_k, True, _STATIC_BOUND_MAX, _SERIAL_FLOPS)
         if res:  # empty: a non-finite query or key element, which the torch path propagates as eager does
             return res[0], res[1]
-    return _torch_forward(query, key, value, b, n, _Layout(mask, causal, scale, ssa))
+    out, lse = _torch_forward(query, key, value, b, n, _Layout(mask, causal, scale, ssa))
+    return out.to(_out_dtype(query.dtype)), lse
 
 
 attention_forward = torch.library.custom_op("ssa_hf::attention_forward", _forward, mutates_args=())
@@ -210,7 +222,8 @@ attention_forward = torch.library.custom_op("ssa_hf::attention_forward", _forwar
 def _(query, key, value, b, n, mask, causal, scale, block_q, block_k):
     cd = _compute_dtype(query.dtype)
     B, H, Lq, _ = query.shape
-    return query.new_empty((B, H, Lq, value.shape[3]), dtype=cd), query.new_empty((B, H, Lq), dtype=cd)
+    return (query.new_empty((B, H, Lq, value.shape[3]), dtype=_out_dtype(query.dtype)),
+            query.new_empty((B, H, Lq), dtype=cd))
 
 
 @torch.library.custom_op("ssa_hf::attention_backward", mutates_args=())
@@ -273,6 +286,8 @@ def _as_head_param(x, H, like):
     dtype = _compute_dtype(like.dtype)
     if not torch.is_tensor(x):
         return torch.full((H,), float(x), dtype=dtype, device=like.device)
+    if x.dtype == dtype and x.device == like.device and x.dim() == 1 and x.shape[0] == H:
+        return x  # already what the kernel takes (a model's per-head parameters)
     x = x.to(device=like.device, dtype=dtype)
     return x.reshape(1).expand(H) if x.numel() == 1 else x.reshape(H)
 

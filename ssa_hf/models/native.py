@@ -16,15 +16,24 @@ Build cache (compiled code runs in this process, so it is loaded only from a pla
   write is emptied and closed (0700) before use;
 - a library is loaded only when its folder and file belong to this user, are not group/world-writable, and
   its SHA-256 matches the one recorded when it was built; otherwise it is rebuilt (one warning);
-- builds are serialised by a file lock: concurrent first uses in several processes make one build;
+- the folders above it must belong to this user or root and be writable by nobody else (sticky ones such as
+  /tmp excepted), and links on the way must belong to this user or root; otherwise it is refused the same way;
+- builds are serialised by a file lock: concurrent first uses in several processes make one build; a process
+  that finds the lock taken says so on stderr and waits at most ``$SSA_HF_BUILD_LOCK_TIMEOUT`` seconds (default
+  900), then runs the torch path (one warning);
+- a build prints one line on stderr when it starts and one with its time when it ends (about a minute of CPU);
 - the key of a build hashes the source, compiler flags, torch and Python versions and the CPU's model and
-  features (the build uses -march=native).
+  features (the build uses -march=native, and the flags name the vector width: ``native_flags``).
+The per-score passes are vectorised with ``at::vec::Vectorized<float>``: 16 lanes where the CPU has AVX-512 (built
+with -mprefer-vector-width=512), 8 with AVX2; the scalar passes stay built as the portable path (the only one on
+other CPUs; tests force it with the ops' ``set_portable``).
 ``SSA_HF_BLOCKWISE_NATIVE=0`` (or ``set_native_enabled(False)``) turns the native kernel off: the torch path
 runs, with one warning saying so.  The build needs a C++ compiler (``$CXX`` or c++) and ninja (a dependency).
 
 Part of the remote-code unit: imports only torch, the standard library and filelock (a transformers dependency).
 """
 
+import contextlib
 import hashlib
 import os
 import platform
@@ -32,6 +41,7 @@ import shutil
 import stat
 import sys
 import threading
+import time
 import warnings
 
 import torch
@@ -48,8 +58,15 @@ NATIVE_SOURCE = MATH_SOURCE + KERNEL_SOURCE
 # -fopenmp: at::parallel_for is a template in ATen's headers whose OpenMP region is compiled into this library;
 # without the flag it silently becomes a serial loop (one core whatever torch.set_num_threads says).  Nothing is
 # linked for it: the GOMP symbols resolve to the OpenMP runtime torch has loaded, so there is one thread pool.
-FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast"]
 FLAGS_PORTABLE = ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast"]
+FLAGS = FLAGS_PORTABLE[:1] + ["-march=native"] + FLAGS_PORTABLE[1:]
+# The vectorised per-score passes (at::vec::Vectorized<float>) take their width from ATen's CPU_CAPABILITY macros,
+# which torch sets per kernel file and an extension must set itself; -march=native alone leaves Vectorized on its
+# scalar fallback.  GCC prefers 256-bit vectors on AVX-512 cores unless told otherwise (its own loops too).
+_AVX512_FEATURES = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
+_AVX2_FEATURES = ("avx2", "fma", "f16c")
+FLAGS_AVX512 = ["-mprefer-vector-width=512", "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512"]
+FLAGS_AVX2 = ["-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"]
 
 _LOCK = threading.Lock()
 _STATE = {"ops": None, "tried": False, "off_warned": False}
@@ -90,14 +107,63 @@ def _cpu_signature():
         return platform.processor()
 
 
+def _cpu_features():
+    """The CPU's feature flags (x86 /proc/cpuinfo), empty where unknown."""
+    for line in _cpu_signature().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def native_flags(features=None):
+    """Compiler flags of the -march=native build: the vector width of the per-score passes from the CPU's
+    features (AVX-512: 16 lanes, AVX2: 8; otherwise the portable scalar passes only)."""
+    features = _cpu_features() if features is None else set(features)
+    if platform.machine() in ("x86_64", "AMD64") and all(f in features for f in _AVX512_FEATURES):
+        return FLAGS + FLAGS_AVX512
+    if platform.machine() in ("x86_64", "AMD64") and all(f in features for f in _AVX2_FEATURES):
+        return FLAGS + FLAGS_AVX2
+    return list(FLAGS)
+
+
 def _is_private(st):
     return st.st_uid == os.getuid() and not (st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
+def _check_ancestors(path):
+    """Every folder above `path` must belong to this user or root and be writable by nobody else (a sticky
+    folder such as /tmp excepted: others cannot rename or delete what is ours there); a link on the way must
+    belong to this user or root.  Otherwise whoever can write there can swap our folder for theirs."""
+    uid = os.getuid()
+    parts = os.path.abspath(path).split(os.sep)
+    for i in range(1, len(parts)):  # the links on the way, as written
+        here = os.sep.join(parts[:i]) or os.sep
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            break
+        if stat.S_ISLNK(st.st_mode) and st.st_uid not in (uid, 0):
+            raise UnsafeCacheError(f"{here}, on the way to {path}, is a link that belongs to another user")
+    real = os.path.realpath(path)
+    here = os.path.dirname(real)
+    while True:
+        st = os.stat(here)
+        if st.st_uid not in (uid, 0):
+            raise UnsafeCacheError(f"{here}, above {path}, belongs to another user")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            raise UnsafeCacheError(f"{here}, above {path}, can be written by other users (and is not sticky)")
+        parent = os.path.dirname(here)
+        if parent == here:
+            return
+        here = parent
+
+
 def _private_folder(path):
     """Create `path` with mode 0700, or check that it is a folder of this user that nobody else can write.  One
-    of ours that others could write is emptied (others may have put anything there) and closed."""
+    of ours that others could write is emptied (others may have put anything there) and closed.  The folders
+    above it are checked too (_check_ancestors)."""
     os.makedirs(path, mode=0o700, exist_ok=True)
+    _check_ancestors(path)
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafeCacheError(f"{path} is not a folder (a link or a file)")
@@ -138,14 +204,13 @@ def _verified(folder, library):
 def load_library(name, source, flags, root=None):
     """Build `source` (C++ registering ops with TORCH_LIBRARY) with torch.utils.cpp_extension into the private
     cache and load it; returns the library's path.  Raises RuntimeError (or UnsafeCacheError) with the reason."""
-    from filelock import FileLock
     from torch.utils import cpp_extension
 
     root = root or cache_root()
     _private_folder(root)
     folder = os.path.join(root, name)
     library = os.path.join(folder, name + ".so")
-    with FileLock(os.path.join(root, name + ".lock")):
+    with _build_lock(os.path.join(root, name + ".lock")):
         if os.path.exists(library) and _verified(folder, library):
             torch.ops.load_library(library)
             return library
@@ -160,17 +225,59 @@ def load_library(name, source, flags, root=None):
             raise RuntimeError(f"no C++ compiler found (looked for {compiler!r}; install g++ or clang++, or set CXX)")
         # cpp_extension skips the build of a name it already built in this process: make it build afresh
         getattr(cpp_extension.JIT_EXTENSION_VERSIONER, "entries", {}).pop(name, None)
+        _say(f"ssa-hf: building the fused CPU attention kernel in {folder} (once per machine and torch version; "
+             "about a minute)...")
+        started = time.perf_counter()
         try:
             cpp_extension.load_inline(name, cpp_sources=[source], extra_cflags=flags, build_directory=folder,
                                       is_python_module=False, no_implicit_headers=True, verbose=False)
         except Exception as exc:  # the compiler's message is in the exception text
             text = str(exc).strip().splitlines()
+            _say(f"ssa-hf: the kernel build failed after {time.perf_counter() - started:.0f} s")
             raise RuntimeError(f"the C++ build failed with {compiler}: {' | '.join(text[-6:])[:800]}") from None
+        _say(f"ssa-hf: kernel built in {time.perf_counter() - started:.0f} s")
         tmp = library + ".sha256.tmp"
         with open(tmp, "w") as f:
             f.write(_sha256(library))
         os.replace(tmp, library + ".sha256")
         return library
+
+
+def _say(line):
+    """One line on stderr (the build takes tens of CPU-seconds: the first attention call says why it waits)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _lock_timeout():
+    try:
+        return float(os.environ.get("SSA_HF_BUILD_LOCK_TIMEOUT", "900"))
+    except ValueError:
+        raise RuntimeError("SSA_HF_BUILD_LOCK_TIMEOUT must be a number of seconds") from None
+
+
+@contextlib.contextmanager
+def _build_lock(path):
+    """The build's file lock: taken at once, or after saying that another process holds it, waiting at most
+    $SSA_HF_BUILD_LOCK_TIMEOUT seconds (default 900); then a RuntimeError (the torch path runs, one warning)."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(path)
+    try:
+        lock.acquire(timeout=0.5)
+    except Timeout:
+        limit = _lock_timeout()
+        _say(f"ssa-hf: waiting (at most {limit:.0f} s) for another process that is building the kernel "
+             f"(lock {path})...")
+        try:
+            lock.acquire(timeout=limit)
+        except Timeout:
+            raise RuntimeError(f"another process has held the kernel build lock {path} for over {limit:.0f} s (a "
+                               "build still running, or a stuck process: end it, or set SSA_HF_BUILD_LOCK_TIMEOUT)"
+                               ) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _build_key(flags):
@@ -181,7 +288,7 @@ def _build_key(flags):
 
 def _load():
     errors = []
-    for flags in (FLAGS, FLAGS_PORTABLE):
+    for flags in (native_flags(), FLAGS_PORTABLE):
         key = _build_key(flags)
         namespace = f"ssa_hf_native_{key}"
         try:
@@ -191,8 +298,10 @@ def _load():
             raise
         except RuntimeError as exc:
             errors.append(str(exc))
-            if "no C++ compiler" in str(exc) or "Ninja" in str(exc):
+            if "no C++ compiler" in str(exc) or "Ninja" in str(exc) or "build lock" in str(exc):
                 break
+            if flags is not FLAGS_PORTABLE:
+                _say("ssa-hf: the -march=native build failed; trying the portable build (slower kernel)")
     raise RuntimeError(errors[0])
 
 

@@ -3,35 +3,71 @@ block) work items, their torch entry points and the operator registration.  See 
 native.py for the build.  Part of the remote-code unit (a string, no imports)."""
 
 KERNEL_SOURCE = r"""
+// bfloat16 tile products, bf16 x bf16 -> fp32, through torch's exported at::native::cpublas::brgemm (oneDNN's
+// brgemm ukernel on AMX CPUs; elsewhere torch's own bf16 gemm): C[m x n] (+)= A[m x k] B[k x n], row-major, B in
+// its plain (not VNNI-packed) layout
+inline void gemm_bf16(int64_t m, int64_t n, int64_t k, const at::BFloat16* A, int64_t lda, const at::BFloat16* B,
+                      int64_t ldb, bool add, float* C, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (!add)
+      for (int64_t i = 0; i < m; ++i) std::fill(C + i * ldc, C + i * ldc + n, 0.0f);
+    return;
+  }
+  at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, add, A, B, C, /*is_vnni=*/false);
+}
+
+// dst[c][r] = src[r][c] for a [rows x cols] bf16 block (a key tile as the [D x C] operand of Q K^T)
+inline void transpose_bf16(const at::BFloat16* src, int64_t rows, int64_t cols, int64_t lds, at::BFloat16* dst,
+                           int64_t ldd) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+
+
+// T: the element type of q, k, v and out (float, or at::BFloat16: Q K^T as bf16 x bf16 -> fp32 tile products,
+// statistics and accumulation in fp32, and P V in fp32 from a float copy of the value tile: rounding P to bf16
+// instead (as SDPA's flash kernel does) doubled the output error against float64 on the test shapes, and the tile
+// copy costs 1/rows of its product)
+template <typename T>
 struct Forward {
+  static constexpr bool kBf16 = std::is_same_v<T, at::BFloat16>;
   const Problem& P;
-  float* out;   // [B, H, Lq, Dv]
+  T* out;       // [B, H, Lq, Dv]
   float* lse;   // [B, H, Lq] or nullptr
   int64_t nqb;
   std::atomic<bool>* nonfinite;  // set when a q or k element (bounded rows) or a visible score is not finite
 
   struct Scratch {
-    std::vector<float> q, s, acc, m, l, alpha;
+    std::vector<T> q;
+    std::vector<float> s, acc, m, l, alpha;
+    std::vector<at::BFloat16> kt;  // bf16: a key tile transposed ([D x bk])
+    std::vector<float> vt;         // bf16: a value tile as float ([bk x Dv])
     explicit Scratch(const Forward& f) {
       const int64_t rows = f.P.G * f.P.bq;
       q.resize(rows * f.P.D); s.resize(rows * f.P.bk); acc.resize(rows * f.P.Dv);
       m.resize(rows); l.resize(rows); alpha.resize(rows);
+      if (kBf16) { kt.resize(f.P.D * f.P.bk); vt.resize(f.P.bk * f.P.Dv); }
     }
   };
+
+  const T* qp() const { if constexpr (kBf16) return P.q16; else return P.q; }
+  const T* kp() const { if constexpr (kBf16) return P.k16; else return P.k; }
+  const T* vp() const { if constexpr (kBf16) return P.v16; else return P.v; }
 
   void operator()(int64_t item, Scratch& w) const {
     // heavy items first: the last query blocks see the most keys under a causal mask
     const int64_t qb = nqb - 1 - item / (P.B * P.Hkv), bhk = item % (P.B * P.Hkv);
     const int64_t bi = bhk / P.Hkv, hk = bhk % P.Hkv;
     const int64_t i0 = qb * P.bq, R = std::min(P.bq, P.Lq - i0), rows = P.G * R;
-    const float* kb = P.k + bhk * P.Lk * P.D;
-    const float* vb = P.v + bhk * P.Lk * P.Dv;
+    const T* kb = kp() + bhk * P.Lk * P.D;
+    const T* vb = vp() + bhk * P.Lk * P.Dv;
     const int64_t kend = P.causal ? std::min(P.Lk, i0 + R) : P.Lk;
     // rows ordered (group head g, position r): the G query heads that share this key/value head go through
     // each key tile together
     for (int64_t g = 0; g < P.G; ++g) {
       const int64_t h = hk * P.G + g;
-      std::memcpy(w.q.data() + g * R * P.D, P.q + ((bi * P.H + h) * P.Lq + i0) * P.D, sizeof(float) * R * P.D);
+      std::memcpy(w.q.data() + g * R * P.D, qp() + ((bi * P.H + h) * P.Lq + i0) * P.D, sizeof(T) * R * P.D);
     }
     // Rows whose bound is small enough use it as a fixed offset (no running maximum); computed here, inside the
     // call's one parallel region, since every barrier costs a scheduler slice on a busy machine
@@ -49,8 +85,14 @@ struct Forward {
     for (int64_t j0 = 0; j0 < kend; j0 += P.bk) {
       const int64_t C = std::min(P.bk, kend - j0);
       float* S = w.s.data();
-      if (rows <= kFewRows) few_rows_scores(w.q.data(), kb + j0 * P.D, rows, C, P.D, S, P.bk);
-      else gemm(false, true, rows, C, P.D, 1.0f, w.q.data(), P.D, kb + j0 * P.D, P.D, 0.0f, S, P.bk);
+      if (rows <= kFewRows) {
+        few_rows_scores(w.q.data(), kb + j0 * P.D, rows, C, P.D, S, P.bk);
+      } else if constexpr (kBf16) {
+        transpose_bf16(kb + j0 * P.D, C, P.D, P.D, w.kt.data(), C);
+        gemm_bf16(rows, C, P.D, w.q.data(), P.D, w.kt.data(), C, false, S, P.bk);
+      } else {
+        gemm(false, true, rows, C, P.D, 1.0f, w.q.data(), P.D, kb + j0 * P.D, P.D, 0.0f, S, P.bk);
+      }
       bool rescale = false;
       for (int64_t rr = 0; rr < rows; ++rr) {
         const int64_t g = rr / R, r = rr % R, h = hk * P.G + g;
@@ -90,24 +132,30 @@ struct Forward {
           const float a = w.alpha[rr];
           for (int64_t d = 0; d < P.Dv; ++d) arow[d] *= a;
         }
-      if (rows <= kFewRows) few_rows_values(S, P.bk, vb + j0 * P.Dv, rows, C, P.Dv, first, w.acc.data());
-      else gemm(false, false, rows, P.Dv, C, 1.0f, S, P.bk, vb + j0 * P.Dv, P.Dv, first ? 0.0f : 1.0f, w.acc.data(),
-                P.Dv);
+      if (rows <= kFewRows) {
+        few_rows_values(S, P.bk, vb + j0 * P.Dv, rows, C, P.Dv, first, w.acc.data());
+      } else if constexpr (kBf16) {
+        at::vec::convert(vb + j0 * P.Dv, w.vt.data(), C * P.Dv);
+        gemm(false, false, rows, P.Dv, C, 1.0f, S, P.bk, w.vt.data(), P.Dv, first ? 0.0f : 1.0f, w.acc.data(), P.Dv);
+      } else {
+        gemm(false, false, rows, P.Dv, C, 1.0f, S, P.bk, vb + j0 * P.Dv, P.Dv, first ? 0.0f : 1.0f, w.acc.data(),
+             P.Dv);
+      }
       first = false;
     }
     for (int64_t rr = 0; rr < rows; ++rr) {
       const int64_t g = rr / R, r = rr % R, h = hk * P.G + g;
       const int64_t orow = (bi * P.H + h) * P.Lq + i0 + r;
-      float* o = out + orow * P.Dv;
+      T* o = out + orow * P.Dv;
       const float l = w.l[rr];
       if (first || l == 0.0f) {  // no visible key: output 0, lse +inf (no weight, no gradient)
-        std::fill(o, o + P.Dv, 0.0f);
+        std::fill(o, o + P.Dv, T(0.0f));
         if (lse) lse[orow] = kInf;
         continue;
       }
       const float inv = 1.0f / l;
       const float* arow = w.acc.data() + rr * P.Dv;
-      for (int64_t d = 0; d < P.Dv; ++d) o[d] = arow[d] * inv;
+      for (int64_t d = 0; d < P.Dv; ++d) o[d] = T(arow[d] * inv);
       if (lse) lse[orow] = (w.m[rr] == -kInf ? 0.0f : w.m[rr]) + std::log(l);
     }
   }
@@ -219,10 +267,10 @@ struct Backward {
             float* srow = S + r * P.bk;
             float* drow = dP + r * P.bk;
             float acc;
-            if (P.b) acc = rw.mask ? bwd_row<true, true>(srow, drow, rw.mask, rw.cend, P.scale, b, n, L, d)
-                                   : bwd_row<true, false>(srow, drow, nullptr, rw.cend, P.scale, b, n, L, d);
-            else acc = rw.mask ? bwd_row<false, true>(srow, drow, rw.mask, rw.cend, P.scale, b, n, L, d)
-                               : bwd_row<false, false>(srow, drow, nullptr, rw.cend, P.scale, b, n, L, d);
+            if (P.b) acc = rw.mask ? bwd_row_path<true, true>(srow, drow, rw.mask, rw.cend, P.scale, b, n, L, d)
+                                   : bwd_row_path<true, false>(srow, drow, nullptr, rw.cend, P.scale, b, n, L, d);
+            else acc = rw.mask ? bwd_row_path<false, true>(srow, drow, rw.mask, rw.cend, P.scale, b, n, L, d)
+                               : bwd_row_path<false, false>(srow, drow, nullptr, rw.cend, P.scale, b, n, L, d);
             for (int64_t cc = rw.cend; cc < C; ++cc) { srow[cc] = 0.0f; drow[cc] = 0.0f; }
             dn_acc += acc;
             any = any || rw.cend > 0;
@@ -268,12 +316,19 @@ struct Backward {
 
 Problem make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& b,
                      const at::Tensor& n, const c10::optional<at::Tensor>& mask, bool causal, double scale,
-                     int64_t bq, int64_t bk) {
-  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
-              "ssa_hf fused kernel: float32 inputs expected");
+                     int64_t bq, int64_t bk, bool allow_bf16 = false) {
+  const auto dt = q.scalar_type();
+  TORCH_CHECK((dt == at::kFloat || (dt == at::kBFloat16 && allow_bf16)) && k.scalar_type() == dt &&
+              v.scalar_type() == dt, "ssa_hf fused kernel: float32 inputs expected (bfloat16 for the forward)");
+  TORCH_CHECK(b.numel() == 0 || (b.scalar_type() == at::kFloat && n.scalar_type() == at::kFloat),
+              "ssa_hf fused kernel: float32 b and n expected");
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "ssa_hf fused kernel: contiguous inputs expected");
   Problem P{};
-  P.q = q.data_ptr<float>(); P.k = k.data_ptr<float>(); P.v = v.data_ptr<float>();
+  if (dt == at::kFloat) {
+    P.q = q.data_ptr<float>(); P.k = k.data_ptr<float>(); P.v = v.data_ptr<float>();
+  } else {
+    P.q16 = q.data_ptr<at::BFloat16>(); P.k16 = k.data_ptr<at::BFloat16>(); P.v16 = v.data_ptr<at::BFloat16>();
+  }
   P.B = q.size(0); P.H = q.size(1); P.Lq = q.size(2); P.D = q.size(3);
   P.Hkv = k.size(1); P.Lk = k.size(2); P.Dv = v.size(3); P.G = P.H / P.Hkv;
   const bool ssa = b.numel() > 0;
@@ -306,10 +361,10 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor&
                                           const c10::optional<at::Tensor>& mask, bool causal, double scale,
                                           int64_t bq, int64_t bk, bool need_lse, double fixed_max,
                                           double serial_flops) {
-  Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
+  Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk, /*allow_bf16=*/true);
   P.fixed_max = (float)fixed_max;
   at::Tensor out = at::empty({P.B, P.H, P.Lq, P.Dv}, q.options());
-  at::Tensor lse = at::empty({need_lse ? P.B : 0, P.H, P.Lq}, q.options());
+  at::Tensor lse = at::empty({need_lse ? P.B : 0, P.H, P.Lq}, q.options().dtype(at::kFloat));
   if (P.Lq == 0) return {out, lse};
   if (P.Lk == 0) {
     out.zero_();
@@ -325,9 +380,14 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor&
   while (P.bq > 16 && P.B * P.Hkv * ((P.Lq + P.bq - 1) / P.bq) < want) P.bq /= 2;
   const int64_t nqb = (P.Lq + P.bq - 1) / P.bq;
   std::atomic<bool> nonfinite{false};
-  Forward f{P, out.data_ptr<float>(), need_lse ? lse.data_ptr<float>() : nullptr, nqb,
-            &nonfinite};
-  run_items(nqb * P.B * P.Hkv, f, problem_flops(P) < serial_flops);
+  float* lsep = need_lse ? lse.data_ptr<float>() : nullptr;
+  if (P.q16) {
+    Forward<at::BFloat16> f{P, out.data_ptr<at::BFloat16>(), lsep, nqb, &nonfinite};
+    run_items(nqb * P.B * P.Hkv, f, problem_flops(P) < serial_flops);
+  } else {
+    Forward<float> f{P, out.data_ptr<float>(), lsep, nqb, &nonfinite};
+    run_items(nqb * P.B * P.Hkv, f, problem_flops(P) < serial_flops);
+  }
   if (nonfinite.load()) return {};
   return {out, lse};
 }
@@ -394,9 +454,45 @@ int64_t ssa_parallel_width(int64_t n) {
 // The number of parallel regions the forward and backward kernels have opened in this process (tests).
 int64_t ssa_parallel_regions() { return g_regions.load(); }
 
+// Lanes of the vectorised per-score passes this build holds (16: AVX-512, 8: AVX2, 0: portable only), and a switch
+// to the portable passes (tests run both paths against the float64 oracle); returns the lanes in use.
+int64_t ssa_vector_lanes() { return vector_lanes(); }
+// The per-score pass alone, in place on a float32 [R, C] tile (the path in use): forward (dp empty) S -> P =
+// 2^(g2 - off log2 e), returning the row sums; backward S -> P, dp -> dS, returning the rows' sum(dg g).  For
+// the accuracy test against float64 and the per-score timing of bench_attention.py.
+at::Tensor ssa_score_pass(at::Tensor s, at::Tensor dp, double scale, double b, double n, double off, double d,
+                          bool ssa) {
+  TORCH_CHECK(s.scalar_type() == at::kFloat && s.dim() == 2 && s.is_contiguous(), "score_pass: contiguous 2-D float32");
+  const bool bwd = dp.numel() > 0;
+  TORCH_CHECK(!bwd || (dp.sizes() == s.sizes() && dp.scalar_type() == at::kFloat && dp.is_contiguous()),
+              "score_pass: dp like s");
+  const int64_t R = s.size(0), C = s.size(1);
+  at::Tensor out = at::empty({R}, s.options());
+  float* S = s.data_ptr<float>();
+  float* dP = bwd ? dp.data_ptr<float>() : nullptr;
+  for (int64_t r = 0; r < R; ++r) {
+    float* row = S + r * C;
+    float res;
+    if (bwd) res = ssa ? bwd_row_path<true, false>(row, dP + r * C, nullptr, C, scale, b, n, off, d)
+                       : bwd_row_path<false, false>(row, dP + r * C, nullptr, C, scale, b, n, off, d);
+    else res = ssa ? fwd_row_path<true, false>(row, nullptr, C, C, scale, b, n, off)
+                   : fwd_row_path<false, false>(row, nullptr, C, C, scale, b, n, off);
+    out.data_ptr<float>()[r] = res;
+  }
+  return out;
+}
+
+int64_t ssa_set_portable(bool portable) {
+  g_portable.store(portable);
+  return vector_path() ? vector_lanes() : 0;
+}
+
 TORCH_LIBRARY(SSA_HF_NS, m) {
   m.def("parallel_width", &ssa_parallel_width);
   m.def("parallel_regions", &ssa_parallel_regions);
+  m.def("vector_lanes", &ssa_vector_lanes);
+  m.def("set_portable", &ssa_set_portable);
+  m.def("score_pass", &ssa_score_pass);
   m.def("forward", &ssa_fused_forward);
   m.def("backward", &ssa_fused_backward);
 }

@@ -9,6 +9,8 @@ MATH_SOURCE = r"""
 // in between.  float32 only; see blockwise.py for the layouts and the torch oracle.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/cpu/vec/vec.h>
+#include <ATen/native/CPUBlas.h>
 #include <torch/library.h>
 #include <algorithm>
 #include <atomic>
@@ -17,6 +19,7 @@ MATH_SOURCE = r"""
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 // MKL (torch's BLAS on x86) runs nested teams inside a parallel region unless told otherwise (torch turns its
@@ -111,7 +114,8 @@ struct Row {
 };
 
 struct Problem {
-  const float *q, *k, *v;      // [B, H, Lq, D], [B, Hkv, Lk, D], [B, Hkv, Lk, Dv]
+  const float *q, *k, *v;      // [B, H, Lq, D], [B, Hkv, Lk, D], [B, Hkv, Lk, Dv] (float32 calls)
+  const at::BFloat16 *q16, *k16, *v16;  // the same in bfloat16 (bf16 forward calls; then q, k, v are null)
   int64_t B, H, Hkv, G, Lq, Lk, D, Dv;
   const float *b, *n;          // [H] (ssa) or nullptr (softmax)
   float scale;
@@ -155,14 +159,6 @@ inline float fwd_row(float* __restrict row, const uint8_t* __restrict mrow, int6
   }
   for (int64_t c = cend; c < cols; ++c) row[c] = 0.0f;
   return acc;
-}
-
-inline float fwd_row_any(float* row, const Row& r, int64_t cols, float scale, bool ssa, float b, float n,
-                         float off) {
-  if (ssa) return r.mask ? fwd_row<true, true>(row, r.mask, r.cend, cols, scale, b, n, off)
-                         : fwd_row<true, false>(row, r.mask, r.cend, cols, scale, b, n, off);
-  return r.mask ? fwd_row<false, true>(row, r.mask, r.cend, cols, scale, b, n, off)
-                : fwd_row<false, false>(row, r.mask, r.cend, cols, scale, b, n, off);
 }
 
 // smallest and largest visible raw score of a row
@@ -223,6 +219,269 @@ inline float bwd_row(float* __restrict row, float* __restrict drow, const uint8_
   return acc * kLn2;
 }
 
+// ---- The vectorised row passes (at::vec::Vectorized<float>: 16 lanes on AVX-512, 8 on AVX2) ----
+// Built when the build targets AVX2 or AVX-512 (native.py defines CPU_CAPABILITY_* from the CPU it builds on);
+// the scalar passes above are the portable path, always built, and forced by set_portable(true) (tests).
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+#define SSA_HF_VECTOR 1
+using Vec = at::vec::Vectorized<float>;
+using VecI = at::vec::Vectorized<int32_t>;
+constexpr int64_t kW = Vec::size();
+
+// Where at::vec has no operation for a step (reinterpreting bits, the hardware reciprocal estimate, the
+// exponent/mantissa split, a register-table lookup, scaling by 2^k), one intrinsic per capability.
+#if defined(CPU_CAPABILITY_AVX512)
+inline __attribute__((always_inline)) Vec float_of(VecI x) { return Vec(_mm512_castsi512_ps(x)); }
+inline __attribute__((always_inline)) VecI bits_of(Vec x) { return VecI(_mm512_castps_si512(x)); }
+inline __attribute__((always_inline)) Vec rcp_estimate(Vec y) { return Vec(_mm512_rcp14_ps(y)); }
+#else
+inline __attribute__((always_inline)) Vec float_of(VecI x) { return Vec(_mm256_castsi256_ps(x)); }
+inline __attribute__((always_inline)) VecI bits_of(Vec x) { return VecI(_mm256_castps_si256(x)); }
+inline __attribute__((always_inline)) Vec rcp_estimate(Vec y) { return Vec(_mm256_rcp_ps(y)); }
+#endif
+
+// 1 / y for y >= 1 without a division: the hardware estimate (12 or 14 bits) and one Newton step (~1e-7)
+inline __attribute__((always_inline)) Vec recip_ge1(Vec y) {
+  const Vec r = rcp_estimate(y);
+  return r * at::vec::fnmadd(y, r, Vec(2.0f));
+}
+
+// log2(y) for y = 1 + u, finite u >= 0 (absolute error < 1e-7, what P = 2^(g - offset) sees)
+inline __attribute__((always_inline)) Vec vlog2_1p(Vec u, Vec y) {
+#if defined(CPU_CAPABILITY_AVX512)
+  // y = 2^e m, m in [1, 2) (getexp, getmant); the top four mantissa bits pick c = 1 + i/16 from a 16-entry table
+  // held in one register (permutexvar reads the low four bits of each index): log2(m) = log2(c) + log2(1 + r),
+  // r = m/c - 1 in [0, 1/16), a degree-6 series in r
+  const __m512 e = _mm512_getexp_ps(y);
+  const __m512 m = _mm512_getmant_ps(y, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_zero);
+  const __m512i idx = _mm512_srli_epi32(_mm512_castps_si512(y), 19);
+  const __m512 inv_c = _mm512_permutexvar_ps(idx, _mm512_setr_ps(
+      1.0f, 16.0f / 17, 16.0f / 18, 16.0f / 19, 16.0f / 20, 16.0f / 21, 16.0f / 22, 16.0f / 23, 16.0f / 24, 16.0f / 25,
+      16.0f / 26, 16.0f / 27, 16.0f / 28, 16.0f / 29, 16.0f / 30, 16.0f / 31));
+  const __m512 log2_c = _mm512_permutexvar_ps(idx, _mm512_setr_ps(
+      0.0f, 0.087462841f, 0.169925001f, 0.247927513f, 0.321928095f, 0.392317423f, 0.459431619f, 0.523561956f,
+      0.584962501f, 0.643856190f, 0.700439718f, 0.754887502f, 0.807354922f, 0.857980995f, 0.906890596f,
+      0.954196310f));
+  // r from m * (1/c) rounded to float: the table's 1/c is rounded too, so r carries ~6e-8 relative error of m/c,
+  // absorbed below the 1e-7 target.  Below 1 + 1/16 (c = 1) r is u itself, exact where y's rounding is not
+  // (log1p's accuracy for tiny b|x|)
+  const __m512 r0 = _mm512_fmsub_ps(m, inv_c, _mm512_set1_ps(1.0f));
+  const Vec r(_mm512_mask_mov_ps(r0, _mm512_cmp_ps_mask(y, _mm512_set1_ps(1.0625f), _CMP_LT_OQ), u));
+  Vec p(-1.0f / 6);
+  p = at::vec::fmadd(p, r, Vec(1.0f / 5));
+  p = at::vec::fmadd(p, r, Vec(-1.0f / 4));
+  p = at::vec::fmadd(p, r, Vec(1.0f / 3));
+  p = at::vec::fmadd(p, r, Vec(-1.0f / 2));
+  p = at::vec::fmadd(p, r, Vec(1.0f));
+  return at::vec::fmadd(p * r, Vec(kLog2e), Vec(_mm512_add_ps(e, log2_c)));
+#else
+  // the split and polynomial of log2_ge1, on 8 lanes
+  (void)u;
+  const VecI adj = bits_of(y) + VecI(0x3f800000 - 0x3f3504f3);
+  const Vec e2 = at::vec::convert_to_fp_of_same_size<float>((adj >> VecI(23)) - VecI(127));
+  const Vec x = float_of((adj & VecI(0x007fffff)) + VecI(0x3f3504f3)) - Vec(1.0f);
+  const Vec z = x * x;
+  Vec p(0.09272283084f);
+  p = at::vec::fmadd(p, x, Vec(-0.1411843188f));
+  p = at::vec::fmadd(p, x, Vec(0.1467637877f));
+  p = at::vec::fmadd(p, x, Vec(-0.1659285518f));
+  p = at::vec::fmadd(p, x, Vec(0.1998512912f));
+  p = at::vec::fmadd(p, x, Vec(-0.2500092169f));
+  p = at::vec::fmadd(p, x, Vec(0.3333341026f));
+  const Vec lnm = at::vec::fmadd(z * x, p, at::vec::fmadd(Vec(-0.5f), z, x));
+  return at::vec::fmadd(lnm, Vec(kLog2e), e2);
+#endif
+}
+
+// 2^t for finite t <= ~0 (relative error ~1e-7): t = k + f, |f| <= 1/2, a degree-6 polynomial in f times 2^k
+inline __attribute__((always_inline)) Vec vexp2_le0(Vec t) {
+#if defined(CPU_CAPABILITY_AVX512)
+  const __m512 kf = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const Vec f(_mm512_sub_ps(t, kf));
+#else
+  const Vec big = t + Vec(12582912.0f);  // 1.5 * 2^23: the low mantissa bits hold round(t)
+  const Vec f = t - (big - Vec(12582912.0f));
+#endif
+  Vec q(0.0001546144746f);
+  q = at::vec::fmadd(q, f, Vec(0.001339086735f));
+  q = at::vec::fmadd(q, f, Vec(0.00961805667f));
+  q = at::vec::fmadd(q, f, Vec(0.05550357104f));
+  q = at::vec::fmadd(q, f, Vec(0.2402265092f));
+  q = at::vec::fmadd(q, f, Vec(0.693147188f));
+  const Vec r = at::vec::fmadd(f, q, Vec(1.0f));
+#if defined(CPU_CAPABILITY_AVX512)
+  return Vec(_mm512_scalef_ps(r, kf));  // 2^k r, gradually to 0 below 2^-126 (no select)
+#else
+  const Vec sc = float_of((bits_of(big) << VecI(23)) + VecI(0x3f800000));
+  return (r * sc) & (t >= Vec(-126.0f));  // 0 below 2^-126, as exp2_le0
+#endif
+}
+
+// sgn(x) |a| for a >= 0: the sign bit of x on a
+inline __attribute__((always_inline)) Vec with_sign_of(Vec a, Vec x) { return a | (x & Vec(-0.0f)); }
+
+// visible lanes of a mask row (one byte per key) from c, as an all-ones/zero float mask; reads count bytes
+inline __attribute__((always_inline)) Vec vvisible(const uint8_t* m, int64_t count) {
+  if (count == kW) {
+#if defined(CPU_CAPABILITY_AVX512)
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(m)));
+#else
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
+#endif
+    return at::vec::convert_to_fp_of_same_size<float>(VecI(b)) != Vec(0.0f);
+  }
+  alignas(64) float tmp[kW];
+  for (int64_t c = 0; c < kW; ++c) tmp[c] = (c < count && m[c] != 0) ? 1.0f : 0.0f;
+  return Vec::loadu(tmp) != Vec(0.0f);
+}
+
+inline float vsum(Vec v) {
+  alignas(64) float tmp[kW];
+  v.store(tmp);
+  float s = 0.0f;
+  for (int64_t c = 0; c < kW; ++c) s += tmp[c];
+  return s;
+}
+
+// The forward's per-score pass on one vector of raw scores (the first `cnt` lanes real): P = 2^(g2 - offset)
+template <bool SSA, bool MASK>
+struct FwdLanes {
+  Vec scale, b, n, o2, o2lo;
+  inline __attribute__((always_inline)) Vec operator()(Vec v, const uint8_t* mrow, int64_t cnt) const {
+    const Vec x = v * scale;
+    Vec g;
+    if constexpr (SSA) {
+      const Vec u = b * x.abs();
+      g = with_sign_of(n * vlog2_1p(u, u + Vec(1.0f)), x);
+    }
+    else g = x * Vec(kLog2e);
+    Vec e = vexp2_le0((g - o2) - o2lo);
+    if constexpr (MASK) e = e & vvisible(mrow, cnt);
+    return e;
+  }
+};
+
+template <bool SSA, bool MASK>
+inline float vfwd_row(float* __restrict row, const uint8_t* __restrict mrow, int64_t cend, int64_t cols,
+                      float scale, float b, float n, float off) {
+  const float o2 = (float)((double)off * kLog2eD), o2lo = (float)((double)off * kLog2eD - o2);
+  const FwdLanes<SSA, MASK> lanes{Vec(scale), Vec(b), Vec(n), Vec(o2), Vec(o2lo)};
+  Vec acc(0.0f);
+  int64_t c = 0;
+  for (; c + kW <= cend; c += kW) {
+    const Vec e = lanes(Vec::loadu(row + c), MASK ? mrow + c : nullptr, kW);
+    e.store(row + c);
+    acc = acc + e;
+  }
+  if (c < cend) {  // the tail: masked load and store, lanes past it zeroed for the sum
+    const int64_t cnt = cend - c;
+    const Vec e = Vec::set(Vec(0.0f), lanes(Vec::loadu(row + c, cnt), MASK ? mrow + c : nullptr, cnt), cnt);
+    e.store(row + c, cnt);
+    acc = acc + e;
+  }
+  for (int64_t j = cend; j < cols; ++j) row[j] = 0.0f;
+  return vsum(acc);
+}
+
+// The backward's pass on one vector: P from the saved row logsumexp, dS = P (dP - delta) g'(x) scale, and the
+// terms of sum(dg g) for dL/dn
+template <bool SSA, bool MASK>
+struct BwdLanes {
+  Vec scale, b, n, L2, L2lo, d, kk;
+  inline __attribute__((always_inline)) void operator()(Vec v, Vec dp, const uint8_t* mrow, int64_t cnt, Vec* p_out,
+                                                        Vec* ds_out, Vec* dgg) const {
+    const Vec x = v * scale;
+    if constexpr (SSA) {
+      const Vec u = b * x.abs();
+      const Vec y = u + Vec(1.0f);
+      const Vec g = with_sign_of(n * vlog2_1p(u, y), x);
+      Vec p = vexp2_le0((g - L2) - L2lo);
+      if constexpr (MASK) p = p & vvisible(mrow, cnt);
+      const Vec dg = p * (dp - d);
+      *p_out = p;
+      *ds_out = dg * kk * recip_ge1(y);
+      *dgg = dg * g;
+    } else {
+      Vec p = vexp2_le0((x * Vec(kLog2e) - L2) - L2lo);
+      if constexpr (MASK) p = p & vvisible(mrow, cnt);
+      *p_out = p;
+      *ds_out = p * (dp - d) * kk;
+    }
+  }
+};
+
+template <bool SSA, bool MASK>
+inline float vbwd_row(float* __restrict row, float* __restrict drow, const uint8_t* __restrict mrow,
+                      int64_t cend, float scale, float b, float n, float L, float d) {
+  const float L2 = (float)((double)L * kLog2eD), L2lo = (float)((double)L * kLog2eD - L2);
+  const BwdLanes<SSA, MASK> lanes{Vec(scale), Vec(b), Vec(n), Vec(L2), Vec(L2lo), Vec(d),
+                                  Vec(SSA ? n * b * scale : scale)};
+  Vec acc(0.0f), p, ds, dgg(0.0f);
+  int64_t c = 0;
+  for (; c + kW <= cend; c += kW) {
+    lanes(Vec::loadu(row + c), Vec::loadu(drow + c), MASK ? mrow + c : nullptr, kW, &p, &ds, &dgg);
+    p.store(row + c);
+    ds.store(drow + c);
+    acc = acc + dgg;
+  }
+  if (c < cend) {
+    const int64_t cnt = cend - c;
+    lanes(Vec::loadu(row + c, cnt), Vec::loadu(drow + c, cnt), MASK ? mrow + c : nullptr, cnt, &p, &ds, &dgg);
+    p.store(row + c, cnt);
+    ds.store(drow + c, cnt);
+    acc = acc + Vec::set(Vec(0.0f), dgg, cnt);
+  }
+  if constexpr (!SSA) return 0.0f;
+  return vsum(acc) * kLn2;
+}
+#endif
+
+// true: the scalar passes even where the vectorised ones are built (tests compare the two paths)
+std::atomic<bool> g_portable{false};
+
+inline bool vector_path() {
+#ifdef SSA_HF_VECTOR
+  return !g_portable.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+// The lanes of the vectorised passes in this build (0: only the portable passes were built).
+inline int64_t vector_lanes() {
+#ifdef SSA_HF_VECTOR
+  return kW;
+#else
+  return 0;
+#endif
+}
+
+template <bool SSA, bool MASK>
+inline float fwd_row_path(float* row, const uint8_t* mrow, int64_t cend, int64_t cols, float scale, float b,
+                          float n, float off) {
+#ifdef SSA_HF_VECTOR
+  if (vector_path()) return vfwd_row<SSA, MASK>(row, mrow, cend, cols, scale, b, n, off);
+#endif
+  return fwd_row<SSA, MASK>(row, mrow, cend, cols, scale, b, n, off);
+}
+
+template <bool SSA, bool MASK>
+inline float bwd_row_path(float* row, float* drow, const uint8_t* mrow, int64_t cend, float scale, float b,
+                          float n, float L, float d) {
+#ifdef SSA_HF_VECTOR
+  if (vector_path()) return vbwd_row<SSA, MASK>(row, drow, mrow, cend, scale, b, n, L, d);
+#endif
+  return bwd_row<SSA, MASK>(row, drow, mrow, cend, scale, b, n, L, d);
+}
+
+inline float fwd_row_any(float* row, const Row& r, int64_t cols, float scale, bool ssa, float b, float n,
+                         float off) {
+  if (ssa) return r.mask ? fwd_row_path<true, true>(row, r.mask, r.cend, cols, scale, b, n, off)
+                         : fwd_row_path<true, false>(row, r.mask, r.cend, cols, scale, b, n, off);
+  return r.mask ? fwd_row_path<false, true>(row, r.mask, r.cend, cols, scale, b, n, off)
+                : fwd_row_path<false, false>(row, r.mask, r.cend, cols, scale, b, n, off);
+}
+
 std::atomic<int64_t> g_regions{0};  // parallel regions opened by the kernels (tests: at most one per call)
 
 // The only parallel region of this source (a test checks): at::parallel_for, counted.
@@ -262,23 +521,24 @@ void run_items(int64_t items, const F& fn, bool serial) {
 // |g| bound of each row of a work item (Cauchy-Schwarz): |g| <= |n| log(1 + b |scale| |q| max|k|), the maximum
 // over the keys [0, kend) the item can see.  Written to m[rows]; returns false if a q or k element it reads is
 // not finite (the caller then runs the torch path, which propagates inf/NaN as eager attention does).
-inline bool item_bounds(const Problem& P, const float* q, int64_t rows, int64_t R, const float* k, int64_t kend,
+template <typename T>
+inline bool item_bounds(const Problem& P, const T* q, int64_t rows, int64_t R, const T* k, int64_t kend,
                         int64_t hk, float* m) {
   float kmax = 0.0f;
   bool ok = true;
   for (int64_t j = 0; j < kend; ++j) {
     float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-    for (int64_t d = 0; d < P.D; ++d) acc += k[j * P.D + d] * k[j * P.D + d];
+    for (int64_t d = 0; d < P.D; ++d) acc += (float)k[j * P.D + d] * (float)k[j * P.D + d];
     ok = ok && std::isfinite(acc);
     kmax = std::max(kmax, acc);
   }
   const float km = std::sqrt(kmax) * std::fabs(P.scale);
   for (int64_t rr = 0; rr < rows; ++rr) {
-    const float* qq = q + rr * P.D;
+    const T* qq = q + rr * P.D;
     float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-    for (int64_t d = 0; d < P.D; ++d) acc += qq[d] * qq[d];
+    for (int64_t d = 0; d < P.D; ++d) acc += (float)qq[d] * (float)qq[d];
     const float x = std::sqrt(acc) * km;
     ok = ok && std::isfinite(x);
     const int64_t h = hk * P.G + rr / R;
@@ -291,30 +551,31 @@ inline bool item_bounds(const Problem& P, const float* q, int64_t rows, int64_t 
 // BLAS call on a 1-row matrix.
 constexpr int64_t kFewRows = 4;
 
-inline void few_rows_scores(const float* q, const float* k, int64_t rows, int64_t C, int64_t D, float* S,
-                            int64_t lds) {
+template <typename T>
+inline void few_rows_scores(const T* q, const T* k, int64_t rows, int64_t C, int64_t D, float* S, int64_t lds) {
   for (int64_t c = 0; c < C; ++c) {
-    const float* kc = k + c * D;
+    const T* kc = k + c * D;
     for (int64_t r = 0; r < rows; ++r) {
-      const float* qr = q + r * D;
+      const T* qr = q + r * D;
       float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-      for (int64_t d = 0; d < D; ++d) acc += qr[d] * kc[d];
+      for (int64_t d = 0; d < D; ++d) acc += (float)qr[d] * (float)kc[d];
       S[r * lds + c] = acc;
     }
   }
 }
 
-inline void few_rows_values(const float* S, int64_t lds, const float* v, int64_t rows, int64_t C, int64_t Dv,
+template <typename T>
+inline void few_rows_values(const float* S, int64_t lds, const T* v, int64_t rows, int64_t C, int64_t Dv,
                             bool first, float* acc) {
   if (first) std::fill(acc, acc + rows * Dv, 0.0f);
   for (int64_t c = 0; c < C; ++c) {
-    const float* vc = v + c * Dv;
+    const T* vc = v + c * Dv;
     for (int64_t r = 0; r < rows; ++r) {
       const float p = S[r * lds + c];
       float* ar = acc + r * Dv;
 #pragma omp simd
-      for (int64_t d = 0; d < Dv; ++d) ar[d] += p * vc[d];
+      for (int64_t d = 0; d < Dv; ++d) ar[d] += p * (float)vc[d];
     }
   }
 }

@@ -91,3 +91,41 @@ def test_registered_with_transformers():
         assert name in AttentionMaskInterface._global_mapping
     assert set(BACKENDS) == {"eager", "flex", "blockwise"}
     assert ssa_hf.ssa_attention is ssa_attention
+
+
+def test_inference_reuses_a_layers_scoring_groups_until_its_parameters_change():
+    """No-grad calls compute each layer's scoring groups once; an optimizer step, an in-place edit or a load (also
+    one that assigns new tensors) make the next call recompute them, so outputs always follow
+    the parameters; calls with gradients never use the cache."""
+    from tests.models.tiny import build
+
+    model = build("llama", "ssa", seed=1).eval()
+    ids = torch.randint(4, model.config.vocab_size, (1, 12))
+    layer = model.model.layers[0].self_attn
+
+    with torch.no_grad():
+        first = model(ids).logits
+        cached = layer.scoring.__dict__["_ssa_attention_groups"]
+        assert cached is not None
+        again = model(ids).logits
+        assert layer.scoring.__dict__["_ssa_attention_groups"] is cached  # reused, not rebuilt
+        torch.testing.assert_close(again, first)
+        for p in layer.scoring.parameters():
+            p.add_(0.3)  # in place: the version counter moves
+        edited = model(ids).logits
+        assert layer.scoring.__dict__["_ssa_attention_groups"] is not cached
+        assert not torch.allclose(edited, first)
+    reference = build("llama", "ssa", seed=1).eval()
+    state = {k: v.clone() for k, v in reference.state_dict().items()}
+    model.load_state_dict(state, assign=True)  # new tensors: the hook forgets the cached groups
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, first)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    model.train()
+    loss = model(ids, labels=ids).loss  # with gradients: no cache involved, the graph reaches the parameters
+    loss.backward()
+    assert all(p.grad is not None for p in layer.scoring.parameters() if p.requires_grad)
+    optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        assert not torch.allclose(model(ids).logits, first)

@@ -13,17 +13,22 @@ from ssa_hf.models.blockwise import blockwise_attention
 from . import oracle
 
 
-@pytest.fixture(autouse=True, params=["native", "torch"])
+@pytest.fixture(autouse=True, params=["native", "portable", "torch"])
 def kernel(request):
-    """Every test runs twice: on the fused C++ kernel (the fast path users get) and on the torch path (float64,
-    and the fallback where no compiler works).  The native run fails, rather than silently testing torch twice,
-    when the kernel cannot be built."""
-    native.set_native_enabled(request.param == "native")
+    """Every test runs three times: on the fused C++ kernel with its vectorised per-score passes (the fast path
+    users get; at::vec, 16 lanes on AVX-512), on the same kernel forced onto its portable scalar passes (what
+    CPUs without AVX2 run), and on the torch path (float64, and the fallback where no compiler works).  The
+    native runs fail, rather than silently testing torch, when the kernel cannot be built."""
+    native.set_native_enabled(request.param != "torch")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "the fused kernel is off" (said once per process)
         loaded = native.load_kernels()
-    assert (loaded is not None) == (request.param == "native"), "the fused CPU kernel did not build"
+    assert (loaded is not None) == (request.param != "torch"), "the fused CPU kernel did not build"
+    if loaded is not None:
+        loaded.set_portable(request.param == "portable")
     yield request.param
+    if loaded is not None:
+        loaded.set_portable(False)
     native.set_native_enabled(None)
 
 
@@ -398,3 +403,54 @@ def test_no_grad_calls_skip_the_op_and_give_its_result():
         with torch.no_grad():
             out = blockwise_attention(fq, fk, fv, torch.ones(4), torch.ones(4), is_causal=True)
     assert type(out).__name__ == "FakeTensor" and out.shape == (1, 4, 24, 8)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "padding-mask"])
+def test_bfloat16_error_within_sdpa_bfloat16_error(is_causal, masked, kernel):
+    """bf16 inputs (read as bf16 by the fused forward, P rounded to bf16 for P V as SDPA does): the error
+    against the float64 oracle is at most 1.5x SDPA's own bf16 error on the same inputs (softmax, like for like;
+    and SSA against SDPA's softmax error, the same rounding steps), forward and input gradients; outputs are
+    bf16."""
+    B, H, L, D = 2, 4, 70, 32
+    q, k, v, b, n = _inputs(B, H, H, L, L, D, seed=40, big=1.0)
+    mask = _padding_mask(B, L, L, seed=40) if masked else None
+    q16, k16, v16 = (t.bfloat16() for t in (q, k, v))
+    gen = torch.Generator().manual_seed(41)
+    dout = torch.randn(B, H, L, D, generator=gen, dtype=torch.float64)
+
+    def run(fn, *args):
+        leaves = [t.detach().clone().requires_grad_(True) for t in args]
+        out = fn(*leaves)
+        (out.double() * dout).sum().backward()
+        return [out.detach()] + [t.grad for t in leaves]
+
+    def err(got, want):
+        return [(g.double() - w).abs().max().item() for g, w in zip(got, want)]
+
+    sdpa_mask = None if mask is None else mask
+    want_soft = run(lambda q, k, v: reference_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                                        scoring="softmax"), q.double(), k.double(), v.double())
+    want_ssa = run(lambda q, k, v: reference_attention(q, k, v, b.double(), n.double(), attn_mask=mask,
+                                                       is_causal=is_causal), q.double(), k.double(), v.double())
+    sdpa = err(run(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask, is_causal=is_causal),
+                   q16, k16, v16), want_soft)
+    ours_soft = run(lambda q, k, v: blockwise_attention(q, k, v, scoring="softmax", attn_mask=mask,
+                                                        is_causal=is_causal, block_size=32), q16, k16, v16)
+    ours_ssa = run(lambda q, k, v: blockwise_attention(q, k, v, b, n, attn_mask=mask, is_causal=is_causal,
+                                                       block_size=32), q16, k16, v16)
+    assert ours_soft[0].dtype == torch.bfloat16 and ours_ssa[0].dtype == torch.bfloat16
+    for got, want in ((ours_soft, want_soft), (ours_ssa, want_ssa)):
+        for name, e, s in zip(("out", "dq", "dk", "dv"), err(got, want), sdpa):
+            assert e <= 1.5 * s, f"{kernel} {name}: error {e:.3g} > 1.5 x SDPA's {s:.3g}"
+
+
+def test_bfloat16_op_matches_its_fake_kernel(kernel):
+    """torch.library.opcheck on bf16 inputs: the fake kernel's output dtypes (bf16 out, fp32 lse) are the real
+    ones on every path, and autograd through the op works (what torch.compile and torch.export rely on)."""
+    q, k, v, b, n = _inputs(1, 4, 2, 20, 20, 8, seed=42, big=1.0, dtype=torch.bfloat16)
+    q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+    args = (q, k, v, b.float(), n.float(), None, True, 8 ** -0.5, 8, 8)
+    out, lse = bw.attention_forward(*args)
+    assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    torch.library.opcheck(bw.attention_forward, args)

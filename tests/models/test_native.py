@@ -218,3 +218,221 @@ def test_one_parallel_region_per_call(batch, kv_heads, length, keys, regions):
     # and no other region: the counted helper is the source's only at::parallel_for
     source = native_math.MATH_SOURCE + native_kernels.KERNEL_SOURCE
     assert source.count("at::parallel_for(") == 1
+
+
+def _cpu_flags():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def test_vector_width_follows_the_cpu_and_is_in_the_cache_key():
+    """An AVX-512 CPU gets the 16-lane passes, built 512-wide; AVX2 the 8-lane ones; the flags (hence the code
+    path) are part of the build's cache key."""
+    flags = native.native_flags()
+    cpu = _cpu_flags()
+    ops = native.load_kernels()
+    assert ops is not None, "the fused CPU kernel did not build"
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= cpu:
+        assert "-mprefer-vector-width=512" in flags and "-DCPU_CAPABILITY_AVX512" in flags
+        assert ops.vector_lanes() == 16
+    elif {"avx2", "fma"} <= cpu:
+        assert "-DCPU_CAPABILITY_AVX2" in flags and ops.vector_lanes() == 8
+    assert native.native_flags({"avx2", "fma", "f16c"}) != native.native_flags(set()) or not cpu
+    keys = {native._build_key(native.native_flags(f)) for f in ({"avx2", "fma", "f16c"}, set(),
+                                                                  {"avx512f", "avx512bw", "avx512vl", "avx512dq"})}
+    assert len(keys) == 3
+
+
+def _score_pass_reference(s, scale, b, n, off, d, dp, ssa):
+    x = s.double() * scale
+    g = torch.copysign(n * torch.log1p(b * x.abs()), x) if ssa else x
+    p = torch.exp(g - off)
+    ds = p * (dp.double() - d) * ((n * b * scale / (1 + b * x.abs())) if ssa else scale)
+    # the size of dS's terms (P dP and P delta), against which its rounding is measured
+    ds_size = p * (dp.double().abs() + abs(d)) * ((n * b * scale / (1 + b * x.abs())) if ssa else scale)
+    return p, ds, ds_size, (p * (dp.double() - d) * g).sum(1)
+
+
+@pytest.mark.parametrize("path", ["vector", "portable"])
+@pytest.mark.parametrize("ssa", [True, False], ids=["ssa", "softmax"])
+@pytest.mark.parametrize("b, n, spread", [(0.8, 1.5, 8.0), (1e-4, 1.0, 3.0), (50.0, 1.0, 20.0), (3.0, 30.0, 2.0)])
+def test_score_pass_accuracy(path, ssa, b, n, spread):
+    """The per-score transform alone, forward (P) and backward (P, dS, sum(dg g)), on rows of 1 to 77 scores (the
+    vector loop, its masked tail, rows shorter than a vector) against float64: relative error of P and of dS
+    (against the size of its terms) at most 1e-6 plus what float32 g itself carries (its rounding, ~6e-8 |g|,
+    moves P by as much relative: rows spanning tens of nats cannot do better in float32)."""
+    ops = native.load_kernels()
+    assert ops is not None, "the fused CPU kernel did not build"
+    if path == "vector" and ops.vector_lanes() == 0:
+        pytest.skip("this CPU has neither AVX2 nor AVX-512: the portable passes are the only ones built")
+    ops.set_portable(path == "portable")
+    try:
+        gen = torch.Generator().manual_seed(17)
+        scale = 0.125
+        for cols in (1, 7, 16, 33, 77):
+            s = torch.randn(40, cols, generator=gen) * spread / scale
+            dp = torch.randn(40, cols, generator=gen)
+            x = s.double() * scale
+            g = torch.copysign(n * torch.log1p(b * x.abs()), x) if ssa else x
+            off = float(g.max()) + 0.25
+            p_ref, ds_ref, ds_size, dn_ref = _score_pass_reference(s, scale, b, n, off, 0.3, dp, ssa)
+            got = s.clone()
+            sums = ops.score_pass(got, torch.empty(0), scale, b, n, off, 0.0, ssa)
+            live = p_ref > 1e-30  # 2^-126 and below: 0 or subnormal on either path
+            tol = 1e-6 + 1.2e-7 * (g.abs() + abs(off))
+            assert ((got.double() - p_ref).abs() / p_ref / tol)[live].max() < 1
+            torch.testing.assert_close(sums.double(), p_ref.sum(1), rtol=2e-6 * (1 + abs(off)), atol=1e-30)
+            got, dgot = s.clone(), dp.clone()
+            acc = ops.score_pass(got, dgot, scale, b, n, off, 0.3, ssa)
+            assert ((got.double() - p_ref).abs() / p_ref / tol)[live].max() < 1
+            assert ((dgot.double() - ds_ref).abs() / ds_size / tol)[live].max() < 1
+            if ssa:
+                # y = 1 + b|x| is a float32: its rounding (6e-8) is an absolute error of up to 6e-8 n in g,
+                # which dominates when b|x| is tiny, except on the AVX-512 pass, which takes log1p's argument b|x|
+                # itself there; + 1e-30: rows whose every P underflows float32
+                w = p_ref * (dp.double().abs() + 0.3)
+                floor = 0.0 if path == "vector" and ops.vector_lanes() == 16 else 1e-7 * n
+                bound = 2e-6 * (1 + off) * (w * g.abs()).sum(1) + floor * w.sum(1) + 1e-30
+                assert ((acc.double() - dn_ref).abs() / bound).max() < 1
+    finally:
+        ops.set_portable(False)
+
+
+def test_build_says_that_it_builds_and_how_long_it_took(tmp_path, capfd):
+    _load(tmp_path / "cache", name="probe_say")
+    err = capfd.readouterr().err
+    assert "ssa-hf: building the fused CPU attention kernel" in err
+    assert "ssa-hf: kernel built in" in err
+    _load(tmp_path / "cache", name="probe_say")  # verified and reused: nothing said
+    assert capfd.readouterr().err == ""
+
+
+def test_build_lock_held_elsewhere_times_out_with_a_message(tmp_path, monkeypatch, capfd):
+    """Another process holds the build lock: this one says it waits, gives up after the timeout with a
+    RuntimeError naming the lock (load_kernels turns it into one warning and the torch path)."""
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    lock = root / "probe_lock.lock"
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from filelock import FileLock
+        held = FileLock({str(lock)!r})
+        held.acquire()
+        print("held", flush=True)
+        time.sleep(120)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setenv("SSA_HF_BUILD_LOCK_TIMEOUT", "1")
+        with pytest.raises(RuntimeError, match="held the kernel build lock .*probe_lock.lock"):
+            _load(root, name="probe_lock")
+        assert "waiting (at most 1 s) for another process" in capfd.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert os.path.basename(_load(root, name="probe_lock")) == "probe_lock.so"  # free again: builds
+
+
+def test_lock_timeout_falls_back_to_torch_with_one_warning(tmp_path, monkeypatch, fresh_state):
+    monkeypatch.setenv("SSA_HF_CACHE_DIR", str(tmp_path / "cache"))
+
+    def stuck(*args, **kwargs):
+        raise RuntimeError("another process has held the kernel build lock x.lock for over 1 s")
+
+    monkeypatch.setattr(native, "load_library", stuck)
+    with pytest.warns(UserWarning, match="build lock") as record:
+        assert native.load_kernels() is None
+    assert len(record) == 1
+    q = torch.randn(1, 2, 12, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.isfinite(blockwise_attention(q, q, q, 1.0, 1.5, is_causal=True)).all()
+
+
+@pytest.mark.parametrize("mode, refused", [(0o777, True), (0o775, True), (0o1777, False), (0o755, False)],
+                         ids=["world-writable", "group-writable", "sticky", "private"])
+def test_folders_above_the_cache_are_checked(tmp_path, mode, refused):
+    above = tmp_path / "above"
+    above.mkdir()
+    os.chmod(above, mode)
+    root = above / "ssa_hf" / "native"
+    if refused:
+        with pytest.raises(native.UnsafeCacheError, match="can be written by other users"):
+            _load(root)
+    else:
+        assert os.path.exists(_load(root))
+
+
+def test_folder_above_of_another_user_or_a_link_of_another_user_is_refused(tmp_path, monkeypatch):
+    above = tmp_path / "above"
+    above.mkdir(mode=0o755)
+    real_stat, real_lstat, me = os.stat, os.lstat, os.getuid()
+
+    def stat_as_other(path, *args, **kwargs):
+        st = real_stat(path, *args, **kwargs)
+        if os.path.realpath(path) == os.path.realpath(above):
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, me + 1) + tuple(st)[5:])
+        return st
+
+    monkeypatch.setattr(native.os, "stat", stat_as_other)
+    with pytest.raises(native.UnsafeCacheError, match="above .* belongs to another user"):
+        _load(above / "cache")
+    monkeypatch.setattr(native.os, "stat", real_stat)
+    link = tmp_path / "link"
+    link.symlink_to(above)
+
+    def lstat_as_other(path, *args, **kwargs):
+        st = real_lstat(path, *args, **kwargs)
+        if str(path) == str(link):
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, me + 1) + tuple(st)[5:])
+        return st
+
+    monkeypatch.setattr(native.os, "lstat", lstat_as_other)
+    with pytest.raises(native.UnsafeCacheError, match="is a link that belongs to another user"):
+        _load(link / "cache")
+
+
+@pytest.mark.slow
+def test_avx2_build_matches_the_oracle(monkeypatch):
+    """The 8-lane (AVX2) passes, built on this machine with the AVX2 flags (a second build, ~1 CPU-minute: slow):
+    the per-score pass and whole calls (GQA, padding mask, causal; softmax; bf16) against float64."""
+    if not {"avx2", "fma", "f16c"} <= _cpu_flags():
+        pytest.skip("no AVX2 on this CPU")
+    flags = native.native_flags({"avx2", "fma", "f16c"})
+    name = f"ssa_hf_native_{native._build_key(flags)}"
+    native.load_library(name, native.NATIVE_SOURCE, flags + [f"-DSSA_HF_NS={name}"])
+    ops = getattr(torch.ops, name)
+    assert ops.vector_lanes() == 8
+    monkeypatch.setitem(native._STATE, "ops", ops)
+    monkeypatch.setitem(native._STATE, "tried", True)
+    native.set_native_enabled(True)
+    try:
+        for ssa, (b, n, spread) in ((True, (0.8, 1.5, 8.0)), (False, (0.8, 1.5, 8.0)), (True, (3.0, 30.0, 2.0))):
+            gen = torch.Generator().manual_seed(5)
+            s = torch.randn(40, 77, generator=gen) * spread * 8
+            dp = torch.randn(40, 77, generator=gen)
+            x = s.double() * 0.125
+            g = torch.copysign(n * torch.log1p(b * x.abs()), x) if ssa else x
+            off = float(g.max()) + 0.25
+            p_ref, ds_ref, ds_size, _ = _score_pass_reference(s, 0.125, b, n, off, 0.3, dp, ssa)
+            got, dgot = s.clone(), dp.clone()
+            ops.score_pass(got, dgot, 0.125, b, n, off, 0.3, ssa)
+            live = p_ref > 1e-30
+            tol = 1e-6 + 1.2e-7 * (g.abs() + abs(off))
+            assert ((got.double() - p_ref).abs() / p_ref / tol)[live].max() < 1
+            assert ((dgot.double() - ds_ref).abs() / ds_size / tol)[live].max() < 1
+        from .test_blockwise import _check, _inputs, _padding_mask
+
+        q, k, v, b, n = _inputs(3, 4, 2, 45, 45, 20, seed=3)
+        mask = _padding_mask(3, 45, 45, seed=3)
+        _check(q, k, v, b, n, attn_mask=mask, is_causal=True)
+        _check(q, k, v, b, n, scoring="softmax", is_causal=True)
+        out = blockwise_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), b, n, is_causal=True)
+        ref = blockwise_attention(q.bfloat16().float(), k.bfloat16().float(), v.bfloat16().float(), b, n,
+                                  is_causal=True)  # the same rounded inputs in float32: only out's rounding differs
+        assert out.dtype == torch.bfloat16
+        torch.testing.assert_close(out.float(), ref, rtol=1e-2, atol=1e-2)
+    finally:
+        native.set_native_enabled(None)
