@@ -242,6 +242,30 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
+def normal_cdf(x: float) -> float:
+    return 0.5 * (1 + math.erf(x / math.sqrt(2)))
+
+
+def paired_t_power(effect: float, sd: float, seeds: int, alpha: float = 0.05) -> float:
+    """The power of the two-sided paired t-test at `alpha` with `seeds` pairs against a true mean difference of
+    size `effect` when the differences have standard deviation `sd` (the usual normal approximation of the
+    noncentral t: P(|T| > t_crit) ~ Phi(delta - t_crit) + Phi(-delta - t_crit), delta = effect sqrt(n) / sd).
+    The exact signed-rank test needs about 5% more seeds for the same power (its efficiency is 3/pi)."""
+    if seeds < 2 or sd <= 0:
+        raise ValueError(f"need seeds >= 2 and sd > 0, got {seeds}, {sd}")
+    delta = abs(effect) * math.sqrt(seeds) / sd
+    critical = t_quantile(1 - alpha / 2, seeds - 1)
+    return normal_cdf(delta - critical) + normal_cdf(-delta - critical)
+
+
+def seeds_for_power(effect: float, sd: float, power: float = 0.8, alpha: float = 0.05, most: int = 10_000) -> int:
+    """The fewest paired seeds whose paired t-test reaches `power` (paired_t_power); `most` if none does."""
+    for seeds in range(2, most + 1):
+        if paired_t_power(effect, sd, seeds, alpha) >= power:
+            return seeds
+    return most
+
+
 def smallest_p(seeds: int) -> float:
     """The smallest two-sided p-value an exact sign or signed-rank test can give with `seeds` pairs: 2 / 2^n."""
     return min(1.0, 2.0 / 2**seeds)
