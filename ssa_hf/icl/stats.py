@@ -180,6 +180,20 @@ def wilcoxon_signed_rank(differences: Sequence[float]) -> dict:
     }
 
 
+def paired_t_test(differences: Sequence[float]) -> float:
+    """Two-sided p of the paired Student-t test of mean difference 0 (1.0 for identical pairs; 0.0 for a constant
+    non-zero difference)."""
+    n = len(differences)
+    if n < 2:
+        return 1.0
+    mean = sum(differences) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in differences) / (n - 1))
+    if sd == 0:
+        return 1.0 if mean == 0 else 0.0
+    t = mean / (sd / math.sqrt(n))
+    return min(1.0, 2 * (1 - t_cdf(abs(t), n - 1)))
+
+
 def paired_bootstrap(differences: Sequence[float], level: float = 0.95, resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
     """Percentile interval at `level` of the mean difference, resampling seeds (pairs) with replacement.
 
@@ -299,14 +313,24 @@ def _cells(evaluation: dict, task_is_quantifier: bool) -> list[tuple[dict, float
     return out
 
 
-def endpoint_value(evaluation: dict, primary) -> float:
-    """One run's value of the declared endpoint: the mean of the metric over the selected cells."""
+def endpoint_value(evaluation: dict, primary, zero_mse: list[list[float]] | None = None) -> float:
+    """One run's value of the declared endpoint: the mean of the metric over the selected cells.
+
+    Metric `log_mse_ratio` (linear grid): per cell log(MSE / MSE of always predicting 0), `zero_mse` being that
+    baseline's grid on the same prompts; 0 means no better than predicting 0, log(1e-3) a thousand times better.
+    Averaging logs keeps one large-sigma cell from dominating, as the raw MSE is dominated by its largest cell."""
     def inside(v: float) -> bool:
         return v >= primary.min_value and (primary.max_value is None or v <= primary.max_value)
 
     if primary.sweep == "grid":
         grid = evaluation["grid"]
-        values = [m for sx, row in zip(grid["sigmas_x"], grid["mse"]) if inside(sx) for m in row]
+        if primary.metric == "log_mse_ratio":
+            if zero_mse is None:
+                raise ValueError("the log_mse_ratio endpoint needs the predict-0 baseline's grid (zero_mse)")
+            values = [math.log(max(m, 1e-300) / z) for sx, row, zero_row in zip(grid["sigmas_x"], grid["mse"], zero_mse)
+                      if inside(sx) for m, z in zip(row, zero_row)]
+        else:
+            values = [m for sx, row in zip(grid["sigmas_x"], grid["mse"]) if inside(sx) for m in row]
     else:
         sweep = evaluation[primary.sweep]
         values = [cell[primary.metric] for v, cell in zip(sweep["values"], sweep[primary.test_set]) if inside(v)]
