@@ -346,7 +346,8 @@ def _pair(runs, task, a, b):
 
 
 def paired_comparisons(config, runs: list[dict]) -> dict:
-    """{"primary": ..., "tasks": {task: [comparison, ...]}}: every comparison paired by seed (see module doc).
+    """{"primary": ..., "secondary": [...], "tasks": {task: [comparison, ...]}}: every comparison paired by seed
+    (see module doc); the per-cell comparisons of "tasks" are descriptive.
 
     `config` is an ICLConfig; `runs` the runs' results (each with task, scoring, seed, eval).
     """
@@ -373,36 +374,41 @@ def paired_comparisons(config, runs: list[dict]) -> dict:
                 entry["endpoint"] = compare_paired([endpoint_value(e, primary) for e in evals_a],
                                                    [endpoint_value(e, primary) for e in evals_b], **options)
             comparisons.append(entry)
-        # the secondary family: every cell of every comparison of this task
-        family = [cell for entry in comparisons for cell in entry["cells"]]
-        for cell, adjusted in zip(family, holm([c["wilcoxon_p"] for c in family])):
-            cell["holm_p"] = adjusted
+        # the cells are descriptive (nominal p, no correction, no verdict): the declared endpoints are the tests
         out["tasks"][task] = comparisons
     reason = stats.primary_applies(config.attention_scoring, config.tasks)
-    out["primary"] = _primary(stats.primary, runs, options) if reason is None else {"skipped": reason}
+    seen = set(stats.seen_seeds)
+    out["primary"] = _primary(stats.primary, runs, options, seen) if reason is None else {"skipped": reason}
+    out["secondary"] = [_primary(endpoint, runs, options, seen) for endpoint in stats.secondary
+                        if endpoint.task in config.tasks and {endpoint.treatment, endpoint.control} <= set(config.attention_scoring)]
     return out
 
 
-def _primary(primary, runs, options) -> dict:
+def _primary(primary, runs, options, seen: set[int] = frozenset()) -> dict:
+    """One declared endpoint: the paired comparison, its declared test and a paired t interval; `direction` is
+    lower / higher only when the test rejects at alpha AND the t interval lies on that side of 0 (the verdict rule
+    of ssa_hf.reproduce.verdict), else none. `exploratory`: some seed had been seen when the endpoint was chosen."""
     seeds, evals_t, evals_c = _pair(runs, primary.task, primary.treatment, primary.control)
     if not seeds:
         raise ValueError(f"no seed has runs of both {primary.treatment} and {primary.control} on {primary.task!r}")
     result = compare_paired([endpoint_value(e, primary) for e in evals_t], [endpoint_value(e, primary) for e in evals_c], **options)
     p = result["wilcoxon_p"] if primary.test == "wilcoxon" else result["sign_p"]
-    significant = p < primary.alpha
+    t = mean_ci(result["differences"], options["level"])
     direction = "none"
-    if significant:  # the side the test rejected on: ranks (Wilcoxon) or counts (sign test) of the negative differences
-        below = result["w_minus"] > result["w_plus"] if primary.test == "wilcoxon" else result["lower"] > result["higher"]
-        direction = "lower" if below else "higher"
+    if p < primary.alpha and t["low"] is not None:
+        direction = "lower" if t["high"] < 0 else "higher" if t["low"] > 0 else "none"
     return {
         **result,
+        "t_low": t["low"],
+        "t_high": t["high"],
         "declared": {k: getattr(primary, k) for k in primary.__dataclass_fields__},
         "description": primary.describe(),
         "seed_list": seeds,
         "test": primary.test,
         "p": p,
         "alpha": primary.alpha,
-        "significant": significant,
+        "significant": direction != "none",
         "direction": direction,
+        "exploratory": bool(seen & set(seeds)),
         "smallest_possible_p": smallest_p(result["seeds"]),
     }
