@@ -26,7 +26,7 @@ def run(args) -> int:
         return 0
     command = "ssa-hf " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["reproduce"] else "ssa-hf reproduce"
     summary = run_reproduce(config, args.output_dir, command=command, config_path=shown, results_file=args.results_file,
-                            report_only=args.report_only, confirmatory_only=args.confirmatory_only)
+                            report_only=args.report_only, confirmatory_only=args.confirmatory_only, note=args.note)
     for claim in summary["claims"]:
         primary = claim["rows"][0]
         c = primary["comparison"]
@@ -52,6 +52,7 @@ def register(subparsers) -> None:
                    help="run nothing: write RESULTS.md from the runs that finished earlier in --output-dir")
     p.add_argument("--confirmatory-only", action="store_true",
                    help="run only the confirmatory seeds (those that decide the verdicts), not the exploratory ones")
+    p.add_argument("--note", help="a sentence for RESULTS.md's header (how and where the runs were made)")
     p.add_argument("--plan", action="store_true", help="print the runs and declared endpoints, run nothing")
     p.add_argument("--execute", action="store_true", help="with --scale paper: run it (a GPU job) instead of printing the plan")
     p.set_defaults(func=run)

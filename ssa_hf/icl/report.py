@@ -173,6 +173,9 @@ def secondary_section(paired: dict) -> list[str]:
     """The declared secondary endpoints: exploratory, nominal p, no verdict."""
     lines = []
     for result in paired.get("secondary") or []:
+        if "skipped" in result:
+            lines.append(f"- {result['description']}: not evaluated ({result['skipped']}).")
+            continue
         declared = result["declared"]
         lines.append(f"- {result['description']}: {_endpoint_line(result, declared['treatment'], declared['control'], declared['metric'])}.")
     return lines

@@ -379,9 +379,18 @@ def paired_comparisons(config, runs: list[dict]) -> dict:
     reason = stats.primary_applies(config.attention_scoring, config.tasks)
     seen = set(stats.seen_seeds)
     out["primary"] = _primary(stats.primary, runs, options, seen) if reason is None else {"skipped": reason}
-    out["secondary"] = [_primary(endpoint, runs, options, seen) for endpoint in stats.secondary
+    out["secondary"] = [_secondary(endpoint, runs, options, seen) for endpoint in stats.secondary
                         if endpoint.task in config.tasks and {endpoint.treatment, endpoint.control} <= set(config.attention_scoring)]
     return out
+
+
+def _secondary(endpoint, runs, options, seen) -> dict:
+    """A declared secondary endpoint, or why it was not evaluated (e.g. the sweep was overridden and no longer
+    reaches its cells)."""
+    try:
+        return _primary(endpoint, runs, options, seen)
+    except ValueError as error:
+        return {"skipped": str(error), "description": endpoint.describe()}
 
 
 def _primary(primary, runs, options, seen: set[int] = frozenset()) -> dict:

@@ -74,7 +74,11 @@ def plan(config: ReproduceConfig) -> list[str]:
 
 
 def _describe_endpoint(endpoint) -> str:
-    return (f"{endpoint.label or endpoint.metric} ({endpoint.treatment} minus {endpoint.control} expected "
+    from .claims import _icl_label
+
+    label = _icl_label(endpoint) if endpoint.sweep or endpoint.metric in ("sequence_error", "mse", "log_mse_ratio") \
+        else endpoint.label or endpoint.metric
+    return (f"{label} ({endpoint.treatment} minus {endpoint.control} expected "
             f"{endpoint.direction}; {endpoint.test} test, {endpoint.interval} interval)")
 
 
@@ -215,17 +219,20 @@ def _finished_lm(specs: list[dict]) -> list[dict]:
 
 def run_reproduce(config: ReproduceConfig, output_dir: str | os.PathLike, *, command: str = "ssa-hf reproduce",
                   config_path: str = "", results_file: str | os.PathLike | None = None,
-                  report_only: bool = False, confirmatory_only: bool = False, commit: str | None = None) -> dict:
+                  report_only: bool = False, confirmatory_only: bool = False, commit: str | None = None,
+                  note: str | None = None) -> dict:
     """Run every experiment of `config` into `output_dir`: the confirmatory runs of every experiment first, then
     (unless `confirmatory_only`) the exploratory ones; writes RESULTS.md, results.json and results_summary.json
     there after each finished step, and RESULTS.md (with results_summary.json beside it) to `results_file` if
-    given. `report_only`: run nothing, tabulate the runs that finished earlier. Returns the summary."""
+    given. `report_only`: run nothing, tabulate the runs that finished earlier; `note`: a sentence for the header
+    (how and where the runs were made). Returns the summary."""
     config.validate()
     data_dir = str(Path(config.data_dir).expanduser().resolve()) if config.data_dir else None
     with data_dir_env(data_dir):  # the presets' data paths read $SSA_HF_DATA_DIR; restored afterwards
         out = OutputDir(output_dir)
         meta = {"scale": config.scale, "description": config.description, "command": command, "config_path": config_path,
-                "environment": environment(), "report_only": report_only, "commit": commit or source_commit()}
+                "environment": environment(), "report_only": report_only, "commit": commit or source_commit(),
+                "note": note}
         progress = Progress(config, out, meta, results_file)
         _run_icl(progress, report_only, confirmatory_only)
         every = _specs(config, out.path, "confirmatory") + _specs(config, out.path, "exploratory")

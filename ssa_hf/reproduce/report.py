@@ -153,6 +153,18 @@ def _worse(claims: list[dict]) -> list[str]:
     return out
 
 
+def summary_line(claim_id: str, figures: dict) -> str:
+    """One claim's confirmatory result in one line, from its results_summary.json entry: the exact text the docs
+    quote (tests/reproduce/test_docs_figures.py checks that README and docs/*.md agree with it)."""
+    def g(value):
+        return "–" if value is None else f"{value:+.3g}"
+
+    p = "–" if figures["p"] is None else f"{figures['p']:.2g}"
+    return (f"`{claim_id}`: SSA − control {g(figures['mean_difference'])} [{g(figures['low'])}, {g(figures['high'])}], "
+            f"{TEST_NAMES.get(figures['test'], figures['test'])} p = {p}, SSA lower / higher in {figures['lower']} / "
+            f"{figures['higher']} of {figures['seeds']} confirmatory seeds: **{figures['verdict']}**")
+
+
 def results_markdown(summary: dict) -> str:
     """The whole RESULTS.md from run_reproduce's summary."""
     env = summary["environment"]
@@ -171,6 +183,8 @@ def results_markdown(summary: dict) -> str:
         f"- Config: `{summary['config_path']}` — {summary['description']}",
         "",
     ]
+    if summary.get("note"):
+        lines[5:5] = [f"- Note: {summary['note']}"]
     if summary.get("report_only"):
         lines[5:5] = ["- Tabulated with `--report-only`: nothing ran in this call; the table holds the runs that finished "
                       "in earlier calls (their logs and timings are in the output folder)."]
@@ -191,6 +205,11 @@ def results_markdown(summary: dict) -> str:
         claims_table(summary["claims"]),
         "",
     ]
+    from .claims import results_summary
+
+    lines += ["## Confirmatory results, one line per claim (quoted verbatim by README.md and docs/*.md)", ""]
+    lines += [f"- {summary_line(claim_id, figures)}" for claim_id, figures in results_summary(summary["claims"]).items()]
+    lines += [f"- `{claim_id}`: not run in this session" for claim_id in summary.get("pending", [])] + [""]
     worse = _worse(summary["claims"])
     lines += ["## Where SSA is worse", ""] + (worse or ["- No row shows SSA significantly worse (p < 0.05 with the "
                                                         "interval on the other side)."]) + [""]
