@@ -277,7 +277,8 @@ TESTS = ("wilcoxon", "sign")
 
 @dataclass
 class PrimaryEndpoint:
-    """The one comparison declared before the run, so that nobody picks the best cell afterwards.
+    """The one comparison declared as the test, so that nobody picks the best cell afterwards (a test on seeds seen
+    before it was declared is exploratory: StatsConfig.seen_seeds).
 
     Per seed: the mean of `metric` over the cells of `sweep` (on `test_set`) whose value lies in [min_value,
     max_value]; then `treatment` minus `control`, paired by seed, tested with `test` at level `alpha`.

@@ -151,7 +151,8 @@ def icl_claims(name: str, experiment: ICLExperiment, runs: list[dict], baseline_
         out.append({"id": f"icl_{name}_{claim_name}", "section": "icl", "experiment": name, "claim_name": claim_name,
                     "title": f"ICL `{icl_settings['task']}` ({claim_name}, {backbone} backbone): SSA vs softmax",
                     "claim": claim.claim, "description": experiment.description, "protocol": protocol,
-                    "seeds": {"confirmatory": rows[0]["seed_list"], "exploratory": experiment.seeds.exploratory},
+                    "seeds": {"confirmatory": rows[0]["seed_list"], "exploratory": experiment.seeds.exploratory,
+                              "declared": experiment.seeds.confirmatory},
                     "exploratory_run": [r["seed_list"] for r in rows if r["seeds_kind"] == "exploratory" and r["primary"]],
                     "power": power_summary(claim, len(rows[0]["seed_list"]), config.alpha),
                     "measure_rule": (f"control (`{claim.primary.control}`) in distribution (sigma 1, trained length) vs the "
@@ -292,7 +293,8 @@ def lm_claims(kind: str, experiment: LMExperiment, results: list[dict], config: 
         entry = {"id": f"{kind}_{claim_name}", "section": kind, "experiment": kind, "claim_name": claim_name,
                  "title": TITLES[claim_name], "claim": claim.claim, "description": experiment.description,
                  "protocol": _lm_protocol(kind, experiment),
-                 "seeds": {"confirmatory": confirmatory, "exploratory": experiment.seeds.exploratory},
+                 "seeds": {"confirmatory": confirmatory, "exploratory": experiment.seeds.exploratory,
+                           "declared": experiment.seeds.confirmatory},
                  "exploratory_run": [r["seed_list"] for r in rows if r["seeds_kind"] == "exploratory" and r["primary"]],
                  "power": power_summary(claim, len(confirmatory), config.alpha), "measure_rule": MEASURE_RULES[claim_name],
                  "rows": rows}
@@ -346,7 +348,7 @@ def results_summary(claims: list[dict]) -> dict[str, Any]:
     for claim in claims:
         row = claim["rows"][0]
         c = row["comparison"]
-        out[claim["id"]] = {"verdict": row["verdict"], "mean_difference": c["mean_difference"], "low": c["low"],
+        out[claim["id"]] = {"verdict": row["verdict"], "declared_seeds": len(claim["seeds"].get("declared") or []), "mean_difference": c["mean_difference"], "low": c["low"],
                             "high": c["high"], "p": row["p"], "test": row["test"], "lower": c.get("lower"),
                             "higher": c.get("higher"), "seeds": c.get("seeds"), "sd": c.get("sd"),
                             "control": c["mean_b"], "treatment": c["mean_a"], "holm_p": row["holm_p"]}

@@ -1,6 +1,6 @@
 """The configuration of `ssa-hf reproduce`: which experiments run at which scale, which seeds are confirmatory,
-and the endpoints of every claim, all declared in the file before the runs that decide the verdicts
-(configs/experiments/reproduce_*.yaml).
+and the endpoints of every claim, declared in the file (configs/experiments/reproduce_*.yaml; its header comment
+says when, relative to the runs).
 
 A config has three sections, each optional:
 - `icl`: named ICL experiments (one task each), every one an ICL config (ssa_hf.icl) plus its seeds and claims;

@@ -84,7 +84,7 @@ def claims_table(claims: list[dict]) -> str:
         primary = claim["rows"][0]
         c = primary["comparison"]
         rows.append([claim["title"], claim["claim"], claim.get("description", ""), primary["label"],
-                     _seeds(claim["seeds"]["confirmatory"]), _interval(c), _num(c.get("sd")),
+                     _seeds(claim["seeds"]["confirmatory"]) + _partial(claim["seeds"]), _interval(c), _num(c.get("sd")),
                      f"{c.get('lower', '–')} / {c.get('higher', '–')}", _p(primary), _num(primary.get("holm_p")),
                      f"**{primary['verdict']}**"])
     return markdown_table(["experiment", "the paper's claim", "backbone and SSA setting", "primary endpoint",
@@ -102,6 +102,15 @@ def _paradigms(paradigms: list[dict]) -> str:
     rows = [[p["paradigm"], _num(p["control"]), _num(p["treatment"]), _num(p["treatment"] - p["control"]),
              "yes" if p["measurable"] else "**no: control at chance**"] for p in paradigms]
     return markdown_table(["paradigm", "control (%)", "SSA (%)", "SSA − control", "measurable (control > 50% + 1 SE)"], rows)
+
+
+def _partial(seeds: dict) -> str:
+    """A note when fewer confirmatory seeds finished than were declared (the call was stopped by time)."""
+    declared = seeds.get("declared") or []
+    if len(seeds["confirmatory"]) >= len(declared):
+        return ""
+    return (f" (**partial: {len(seeds['confirmatory'])} of the {len(declared)} declared confirmatory seeds finished in "
+            "this session**; the rest are not run)")
 
 
 def _power_line(power: dict | None) -> str:
@@ -123,7 +132,8 @@ def claim_section(claim: dict) -> list[str]:
         lines += [f"Setting: {claim['description']}.", ""]
     if claim.get("protocol"):
         lines += [f"Protocol: {claim['protocol']}.", ""]
-    lines += [f"Seeds: confirmatory {_seeds(seeds['confirmatory'])} (decide the verdict); exploratory {exploratory}.",
+    partial = _partial(seeds)
+    lines += [f"Seeds: confirmatory {_seeds(seeds['confirmatory'])} (decide the verdict){partial}; exploratory {exploratory}.",
               "", _power_line(claim.get("power")), "",
               f"Measurable at this scale (declared rule): {claim['measure_rule']}, by more than one standard error.", "",
               markdown_table(ROW_HEADERS, [_row_cells(r) for r in claim["rows"]]), ""]
@@ -162,7 +172,9 @@ def summary_line(claim_id: str, figures: dict) -> str:
     p = "–" if figures["p"] is None else f"{figures['p']:.2g}"
     return (f"`{claim_id}`: SSA − control {g(figures['mean_difference'])} [{g(figures['low'])}, {g(figures['high'])}], "
             f"{TEST_NAMES.get(figures['test'], figures['test'])} p = {p}, SSA lower / higher in {figures['lower']} / "
-            f"{figures['higher']} of {figures['seeds']} confirmatory seeds: **{figures['verdict']}**")
+            f"{figures['higher']} of {figures['seeds']} confirmatory seeds"
+            + (f" (of {figures['declared_seeds']} declared)" if figures.get("declared_seeds", 0) > figures["seeds"] else "")
+            + f": **{figures['verdict']}**")
 
 
 def results_markdown(summary: dict) -> str:

@@ -14,7 +14,7 @@ from ssa_hf.reproduce.report import summary_line
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = ["README.md", "docs/RESULTS.md", "docs/reproduce.md", "docs/icl.md"]
-QUOTE = re.compile(r"`((?:icl|masked|causal)_\w+)`: SSA − control [^\n]*?confirmatory seeds: \*\*[^*]+\*\*")
+QUOTE = re.compile(r"`((?:icl|masked|causal)_\w+)`: SSA − control [^\n]*?confirmatory seeds(?: \(of \d+ declared\))?: \*\*[^*]+\*\*")
 NOT_RUN = re.compile(r"`((?:icl|masked|causal)_\w+)`: not run in this session")
 
 
