@@ -63,8 +63,9 @@ def _outcome(row: dict) -> str:
     return f"**{row['verdict']}**" if row["decides"] else row["reading"]
 
 
-ROW_HEADERS = ["endpoint", "seeds", "paper: softmax → SSA", "ours: control", "ours: SSA", "trivial baselines",
-               "SSA − control [95% t interval]", "SD of differences", "seeds SSA lower / higher", "p", "verdict or reading"]
+ROW_HEADERS = ["endpoint (treatment minus control)", "seeds", "paper: softmax → SSA", "ours: control", "ours: treatment",
+               "trivial baselines", "treatment − control [95% t interval]", "SD of differences",
+               "seeds treatment lower / higher", "p", "verdict or reading"]
 
 
 def _row_cells(row: dict) -> list[str]:
