@@ -1,6 +1,6 @@
 """`ssa-hf reproduce`: every claim of the paper at a stated scale, written to RESULTS.md."""
 
-SUMMARY = "run the paper's claims at a stated scale (cpu: 37 min measured on 2 shared cores) and write RESULTS.md"
+SUMMARY = "run the paper's claims at a stated scale (cpu: docs/reproduce.md gives its time) and write RESULTS.md"
 
 
 def run(args) -> int:
@@ -26,10 +26,12 @@ def run(args) -> int:
         return 0
     command = "ssa-hf " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["reproduce"] else "ssa-hf reproduce"
     summary = run_reproduce(config, args.output_dir, command=command, config_path=shown, results_file=args.results_file,
-                            report_only=args.report_only)
+                            report_only=args.report_only, confirmatory_only=args.confirmatory_only, note=args.note)
     for claim in summary["claims"]:
-        primary = next(r for r in claim["rows"] if r["primary"])
-        print(f"{claim['id']}: {primary['verdict']}")
+        primary = claim["rows"][0]
+        c = primary["comparison"]
+        print(f"{claim['id']}: {primary['verdict']} (SSA - control {c['mean_difference']:+.4g}, p = {primary['p']:.3g}, "
+              f"{len(primary['seed_list'])} confirmatory seeds)")
     if summary["pending"]:
         print(f"not finished: {', '.join(summary['pending'])} (run the same command again to resume)")
     print(f"wrote {args.output_dir}/RESULTS.md" + (f" and {args.results_file}" if args.results_file else ""))
@@ -48,6 +50,9 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, help="runs in parallel processes (default: the config's)")
     p.add_argument("--report-only", action="store_true",
                    help="run nothing: write RESULTS.md from the runs that finished earlier in --output-dir")
+    p.add_argument("--confirmatory-only", action="store_true",
+                   help="run only the confirmatory seeds (those that decide the verdicts), not the exploratory ones")
+    p.add_argument("--note", help="a sentence for RESULTS.md's header (how and where the runs were made)")
     p.add_argument("--plan", action="store_true", help="print the runs and declared endpoints, run nothing")
     p.add_argument("--execute", action="store_true", help="with --scale paper: run it (a GPU job) instead of printing the plan")
     p.set_defaults(func=run)

@@ -57,7 +57,7 @@ DEFAULT_TASKS = ["arc_easy", "arc_challenge", "boolq", "hellaswag"]
 
 
 def expand_task_names(tasks: list[str]) -> list[str]:
-    """`paper` stands for the six tasks the paper reports (lm_tasks.PAPER_TASKS); duplicates are dropped."""
+    """`paper` stands for the eight tasks of the paper's table (lm_tasks.PAPER_TASKS); duplicates are dropped."""
     from .lm_tasks import PAPER_TASKS
 
     expanded: list[str] = []

@@ -24,8 +24,9 @@ Every record of the local files is checked before lm-eval reads them (`LocalTask
 with Jinja, where a missing field is silently empty or false, so a BoolQ record without `answer` would be scored
 as "no". A bad record raises a ValueError naming the file and the line.
 
-WinoGrande and COPA are not in ../shared/data: they read a copy placed under the data folder (`winogrande/dev.jsonl`,
-the official WinoGrande 1.1 file; `copa/val.jsonl`, SuperGLUE's) when there is one, else lm-eval's stock task reads
+WinoGrande, COPA, CB and ReCoRD are not in ../shared/data: they read a copy placed under the data folder
+(`winogrande/dev.jsonl`, the official WinoGrande 1.1 file; `copa/val.jsonl`, `cb/val.jsonl`, `record/val.jsonl`,
+SuperGLUE's) when there is one, else lm-eval's stock task reads
 the Hub. Offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE) with neither a copy nor a cached download, the run stops
 before loading anything, with a message naming the task, why, and what to do (`check_hub_tasks`).
 
@@ -155,6 +156,26 @@ def _check_copa(record: dict[str, Any]) -> str | None:
     return None
 
 
+def _check_cb(record: dict[str, Any]) -> str | None:
+    problem = _wrong_fields(record, premise=str, hypothesis=str, label=int)
+    if problem:
+        return problem
+    if record["label"] not in (0, 1, 2):
+        return f"field 'label' is {record['label']}, expected 0 (entailment), 1 (contradiction) or 2 (neutral)"
+    return None
+
+
+def _check_record(record: dict[str, Any]) -> str | None:
+    problem = _wrong_fields(record, passage=str, query=str, entities=list, answers=list)
+    if problem:
+        return problem
+    if not record["entities"] or not all(isinstance(e, str) for e in record["entities"]):
+        return "field 'entities' must be a non-empty list of strings"
+    if not all(isinstance(a, str) for a in record["answers"]):
+        return "field 'answers' must be a list of strings"
+    return None
+
+
 def check_task_file(task: LocalTask, path: Path) -> int:
     """Check every record of one JSON Lines data file of `task`; the number of records. A ValueError names the
     file, the line and what is wrong; a file without records is an error too."""
@@ -239,10 +260,16 @@ LOCAL_TASKS: dict[str, LocalTask] = {
     "copa": _validation_task(
         "copa", "super_glue/copa/default.yaml", "copa/val.jsonl", _check_copa,
         "SuperGLUE COPA val.jsonl (the 100 questions of super_glue/copa validation)", bundled=False),
+    "cb": _validation_task(
+        "cb", "super_glue/cb/default.yaml", "cb/val.jsonl", _check_cb,
+        "SuperGLUE CommitmentBank val.jsonl (the 56 questions of super_glue/cb validation; acc and f1)", bundled=False),
+    "record": _validation_task(
+        "record", "super_glue/record/default.yaml", "record/val.jsonl", _check_record,
+        "SuperGLUE ReCoRD val.jsonl in the Hub layout (passage, query, entities, answers; f1 and em)", bundled=False),
 }
 
-#: The six lm-eval tasks the paper reports (REFERENCE.md section 4), in its order; `--tasks paper` runs them.
-PAPER_TASKS = ["arc_easy", "arc_challenge", "boolq", "hellaswag", "winogrande", "copa"]
+#: The eight lm-eval tasks of the paper's table (REFERENCE.md section 4), in its order; `--tasks paper` runs them.
+PAPER_TASKS = ["arc_easy", "arc_challenge", "boolq", "hellaswag", "winogrande", "copa", "cb", "record"]
 
 #: Where each stock task reads its gold answer when `doc_to_target` is not the index of the right choice
 #: (WinoGrande scores two contexts against one continuation: the gold is the option number).
@@ -471,11 +498,29 @@ def write_local_tasks(data_dir: str | Path, folder: str | Path, tasks: list[str]
     return folder
 
 
+def check_task_code(names: list[str]) -> None:
+    """A ValueError for a task whose stock lm-eval code cannot load with the installed libraries: lm-eval 0.4.13's
+    ReCoRD scorer imports transformers.data.metrics.squad_metrics, which transformers 5 removed."""
+    if "record" in names:
+        try:
+            import transformers.data.metrics.squad_metrics  # noqa: F401
+        except ImportError:
+            import transformers
+
+            raise ValueError(
+                f"lm-eval task 'record' (ReCoRD) cannot run here: lm-eval's record/util.py imports "
+                f"transformers.data.metrics.squad_metrics, which transformers {transformers.__version__} no longer has. "
+                "Run it with transformers < 5 in another environment, or leave it out (--tasks paper without record: "
+                "--tasks arc_easy,arc_challenge,boolq,hellaswag,winogrande,copa,cb)") from None
+
+
 def task_manager(data_dir: str | Path | None, tasks: list[str], folder: str | Path | None = None):
     """An lm-eval TaskManager for `tasks`: local copies under `data_dir` (written into `folder`), or lm-eval's stock
-    tasks when `data_dir` is None. Unknown task names raise ValueError."""
+    tasks when `data_dir` is None. Unknown task names, and tasks whose code cannot load here
+    (`check_task_code`), raise ValueError."""
     from lm_eval.tasks import TaskManager
 
+    check_task_code(list(tasks))
     if data_dir is not None:
         if folder is None:
             raise ValueError("task_manager: a folder for the generated task YAMLs is needed with data_dir")

@@ -4,8 +4,9 @@ The backbone (`backbone` in `ICLModelConfig`, config.py) is `SSALlamaModel` ("ll
 read-in also gets a flag that marks label slots, which relative positions alone cannot tell) or `SSAGPT2Model`
 ("gpt2": the paper's GPT-2 with learned absolute positions, LayerNorm and a GELU MLP, and no slot flag), fed
 through `inputs_embeds`; its `attention_scoring` is any entry of the scoring registry, so the softmax baseline and
-SSA are the same model with one field changed. `attention_only=True` drops every MLP block (the paper's
-attention-only variant; llama only).
+SSA are the same model with one field changed. `attention_only=True` drops every MLP block (an MLP-free
+model, llama only: the pre-attention norm and the residual around attention stay, so it is not the authors'
+attention-only variant, which removes them too).
 """
 
 from __future__ import annotations

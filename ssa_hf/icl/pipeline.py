@@ -128,6 +128,21 @@ def run_one(spec: RunSpec, eval_cfg: EvalConfig, length: int, run_dir: str, devi
     return result
 
 
+def finished_runs(config: ICLConfig, output_dir: str | os.PathLike) -> list[dict]:
+    """The runs of `config` that finished earlier in `output_dir` with these settings (result.json with the same
+    key), without training anything: what a report of a partly finished experiment can use."""
+    runs = []
+    for spec in run_specs(config):
+        path = run_folder(Path(output_dir) / "runs", spec) / RESULT
+        if path.is_file():
+            result = json.loads(path.read_text())
+            if isinstance(result.get("key"), dict) and "spec" in result["key"]:
+                result["key"]["spec"] = upgrade_saved_spec(result["key"]["spec"])
+            if result.get("key") == _eval_key(spec, config.eval, config.eval_length):
+                runs.append(result)
+    return runs
+
+
 def _log_result(result: dict) -> None:
     train, check = result["train"], result.get("check")
     verdict = ""

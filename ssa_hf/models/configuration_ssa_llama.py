@@ -23,8 +23,8 @@ class SSALlamaConfig(LlamaConfig, ScoringConfigMixin):
 
     Args:
         attention_only (`bool`, *optional*, defaults to `False`):
-            Drop the MLP block of every layer (the attention-only variant of the paper's in-context-learning
-            experiments).
+            Drop the MLP block of every layer (an MLP-free model: the pre-attention norm and the residual around
+            attention stay, so it is not the authors' attention-only ICL variant, which removes those too).
         mlp_type (`str`, *optional*, defaults to `"swiglu"`):
             The feed-forward block. `"swiglu"`: Llama's gated MLP, down(act(gate(x)) * up(x)) with three matrices
             and `hidden_act` (silu by default). `"relu2"`: Nemotron's two-matrix MLP, down(relu(up(x))^2) (squared

@@ -1,36 +1,28 @@
-"""From the runs' results to the claims of RESULTS.md: per claim, its declared primary endpoint and the secondary
-rows, each with the paper's figure, ours with its interval, and a verdict (ssa_hf.reproduce.verdict)."""
+"""From the runs' results to the claims of RESULTS.md: per claim its primary endpoint on the confirmatory seeds
+(the one row with a verdict), the same endpoint on the exploratory seeds and the declared secondary endpoints
+(exploratory rows), each beside the paper's figure and the trivial baselines (ssa_hf.reproduce.verdict)."""
 
 from __future__ import annotations
 
 import math
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 from ..evaluation.compare import PAPER_FIGURES, PaperFigure
-from ..icl.stats import endpoint_value, mean_ci
-from .config import Endpoint, ICLExperiment, LMExperiment, ReproduceConfig
-from .verdict import paired_comparison, verdict
+from ..icl.stats import endpoint_value, holm, mean_ci, paired_t_power, seeds_for_power
+from .config import Claim, Endpoint, ICLExperiment, LMExperiment, ReproduceConfig
+from .verdict import exploratory_reading, measurable, paired_comparison, test_p, verdict
 
-ICL_PAPER = {
-    "every": "softmax degrades sharply with large inputs and long prompts; SSA significantly reduces the errors",
-    "some": "softmax degrades sharply with large inputs and long prompts; SSA significantly reduces the errors",
-    "linear_regression": "SSA reduces the error under shift, without fully solving shifts of both inputs and functions",
-}
 ICL_QUALITATIVE = "SSA lower (qualitative: plots, no table)"
-_FIGURES = {(f.section, f.key): f for f in PAPER_FIGURES}
+_FIGURES: dict[tuple[str, str], PaperFigure] = {}
+for _figure in PAPER_FIGURES:  # a task with two figures (cb acc / f1, ReCoRD f1 / em): its first is the endpoint's
+    _FIGURES.setdefault((_figure.section, _figure.key), _figure)
 # the range of each kind of figure (an arm's interval is clipped to it)
-BOUNDS = {"percent": (0.0, 100.0), "accuracy": (0.0, 1.0), "nll": (0.0, float("inf"))}
+BOUNDS = {"percent": (0.0, 100.0), "accuracy": (0.0, 1.0), "nll": (0.0, float("inf")), "error": (0.0, 1.0),
+          "mse": (0.0, float("inf")), "log": (-float("inf"), float("inf"))}
 # our perplexity endpoints and the paper's evaluation sets they stand for
 PERPLEXITY_SETS = {"nll_in": "fineweb", "nll_out": "wikipedia"}
-
-
-def _row(label: str, endpoint_direction: str, comparison: dict, alpha: float, *, p: float | None = None,
-         test: str | None = None, margin: float | None = None, paper: dict | None = None, primary: bool = False,
-         scale: str = "difference") -> dict:
-    return {"label": label, "direction": endpoint_direction, "comparison": comparison, "p": p, "test": test,
-            "verdict": verdict(comparison["low"], comparison["high"], endpoint_direction, p, alpha, margin),
-            "paper": paper or {}, "primary": primary, "scale": scale}
+POSITIONS = {"llama": "rotary position embeddings (RoPE)", "gpt2": "learned absolute position embeddings (GPT-2)"}
 
 
 def _paper_figure(figure: PaperFigure | None) -> dict:
@@ -39,81 +31,152 @@ def _paper_figure(figure: PaperFigure | None) -> dict:
     return {"softmax": figure.softmax, "ssa": figure.ssa, "metric": figure.metric, "chance": figure.chance}
 
 
+def power_summary(claim: Claim, seeds: int, alpha: float) -> dict | None:
+    """The power calculation behind a claim's confirmatory seeds (config `power`), for RESULTS.md."""
+    if claim.power is None or seeds < 2:
+        return None
+    p = claim.power
+    return {"sd": p.sd, "effect": p.effect, "source": p.source, "seeds": seeds,
+            "power": paired_t_power(p.effect, p.sd, seeds, alpha), "seeds_for_80": seeds_for_power(p.effect, p.sd, 0.8, alpha)}
+
+
+def _row(label: str, endpoint: Endpoint, treatment: list[float], control: list[float], seeds: list[int], config, *,
+         kind: str, primary: bool, baselines: dict[str, float | None], measure_baseline: float | None,
+         measure_control: list[float] | None, paper: dict, scale: str) -> dict:
+    """One row: the paired comparison of `treatment` and `control` over `seeds`; `kind` confirmatory or
+    exploratory; a verdict only for a primary endpoint on confirmatory seeds."""
+    comparison = paired_comparison(treatment, control, endpoint.interval, config.level)
+    comparison["treatment_ci"] = mean_ci(treatment, config.level, BOUNDS[scale])
+    comparison["control_ci"] = mean_ci(control, config.level, BOUNDS[scale])
+    p = test_p(comparison, endpoint.test)
+    is_measurable = measurable(measure_control if measure_control is not None else control, measure_baseline,
+                               "lower" if scale in ("error", "mse", "log", "nll") else endpoint.direction)
+    decides = primary and kind == "confirmatory"
+    return {"label": label, "direction": endpoint.direction, "comparison": comparison, "p": p, "test": endpoint.test,
+            "seed_list": list(seeds), "seeds_kind": kind, "primary": primary, "decides": decides,
+            "measurable": is_measurable, "baselines": baselines, "measure_baseline": measure_baseline,
+            "verdict": verdict(comparison["low"], comparison["high"], endpoint.direction, p, config.alpha, is_measurable)
+            if decides else None,
+            "reading": None if decides else exploratory_reading(p, endpoint.test, is_measurable),
+            "paper": paper, "scale": scale, "metric": endpoint.metric, "holm_p": None}
+
+
+def apply_multiplicity(claims: list[dict], config: ReproduceConfig) -> None:
+    """Holm-adjusted p over every deciding primary row with a p; with multiplicity holm the verdicts use it."""
+    rows = [r for c in claims for r in c["rows"] if r["decides"] and r["p"] is not None]
+    for row, adjusted in zip(rows, holm([r["p"] for r in rows])):
+        row["holm_p"] = adjusted
+        if config.multiplicity == "holm":
+            c = row["comparison"]
+            row["verdict"] = verdict(c["low"], c["high"], row["direction"], adjusted, config.alpha, row["measurable"])
+
+
 # ------------------------------------------------------------------------------------------------- ICL
 
 
-def icl_claim(name: str, experiment: ICLExperiment, results, config: ReproduceConfig) -> dict:
-    """The claim of one ICL experiment: its declared primary (the ICL pipeline's paired analysis) and the
-    declared secondary endpoints, computed from the runs' evaluations."""
-    primary = results.paired["primary"]
-    task = results.config["tasks"][0]
-    if "skipped" in primary:
-        raise ValueError(f"icl.{name}: the primary endpoint was not evaluated: {primary['skipped']}")
-    comparison = {**primary, "interval": "bootstrap"}
-    rows = [_row(primary["description"], experiment.direction, comparison, primary["alpha"], p=primary["p"],
-                 test=primary["test"], primary=True, paper={"text": ICL_QUALITATIVE})]
-    level = results.config["stats"]["level"]
-    for endpoint in experiment.secondary:
-        rows.append(_icl_secondary(endpoint, results.runs, task, level, config.alpha))
-    return {"id": f"icl_{name}", "section": "icl", "title": f"ICL `{task}`: SSA vs softmax under distribution shift",
-            "claim": experiment.claim or ICL_PAPER.get(task, ""), "rows": [r for r in rows if r is not None],
-            "seeds": primary["seed_list"], "settings": _icl_settings(results.config)}
+def _selector(endpoint: Endpoint):
+    linear = endpoint.metric in ("mse", "log_mse_ratio")
+    return SimpleNamespace(sweep=endpoint.sweep or ("grid" if linear else "sigma_sweep"), test_set=endpoint.test_set,
+                           metric=endpoint.metric, min_value=endpoint.min_value, max_value=endpoint.max_value,
+                           describe=lambda: endpoint.label or endpoint.metric)
 
 
-def _icl_secondary(endpoint: Endpoint, runs: list[dict], task: str, level: float, alpha: float) -> dict | None:
-    metric = endpoint.metric
-    selector = SimpleNamespace(sweep=endpoint.sweep or ("grid" if metric == "mse" else "sigma_sweep"),
-                               test_set=endpoint.test_set, metric=metric, min_value=endpoint.min_value,
-                               max_value=endpoint.max_value, describe=lambda: endpoint.label or metric)
-    by_arm = {arm: {r["seed"]: endpoint_value(r["eval"], selector) for r in runs if r["scoring"] == arm}
-              for arm in (endpoint.treatment, endpoint.control)}
-    seeds = sorted(set(by_arm[endpoint.treatment]) & set(by_arm[endpoint.control]))
-    if not seeds:
-        return None
-    comparison = paired_comparison([by_arm[endpoint.treatment][s] for s in seeds],
-                                   [by_arm[endpoint.control][s] for s in seeds], endpoint.interval, level)
+def _icl_label(endpoint: Endpoint) -> str:
+    selector = _selector(endpoint)
     span = f">= {endpoint.min_value:g}" + (f" and <= {endpoint.max_value:g}" if endpoint.max_value is not None else "")
     axis = {"sigma_sweep": "sigma", "length_sweep": "points", "grid": "sigma_x"}[selector.sweep]
-    label = endpoint.label or f"mean {metric.replace('_', ' ')} over {axis} {span}"
+    label = endpoint.label or f"mean {endpoint.metric.replace('_', ' ')} over {axis} {span}"
     where = f" ({selector.test_set} set)" if selector.sweep != "grid" else ""
-    label = f"{label}{where}, {endpoint.treatment} minus {endpoint.control}"
-    return _row(label, endpoint.direction, comparison, alpha, margin=endpoint.margin, paper={"text": ICL_QUALITATIVE})
+    return f"{label}{where}, {endpoint.treatment} minus {endpoint.control}"
 
 
-def _icl_settings(config: dict) -> dict:
-    model, train = config["model"], config["train"]
-    return {"model": f"{model['layers']} layers, {model['heads']} heads, width {model['width']}",
-            "training": f"{train['steps']} steps, batch {train['batch_size']}, lr {train['lr']}",
-            "scoring": ", ".join(config["attention_scoring"]), "seeds": len(config["seeds"])}
+def _in_distribution(evaluation: dict, endpoint: Endpoint) -> float:
+    """The cell the measurability rule reads: sigma 1 at the trained length (quantifiers, the endpoint's test set;
+    metric sequence error), or sigma_x = sigma_ab = 1 (linear: MSE)."""
+    if "grid" in evaluation:
+        grid = evaluation["grid"]
+        return grid["mse"][grid["sigmas_x"].index(1)][grid["sigmas_ab"].index(1)]
+    sweep = evaluation["sigma_sweep"]
+    return sweep[endpoint.test_set][sweep["values"].index(1)]["sequence_error"]
+
+
+def icl_baseline_evaluations(icl_config) -> dict[str, dict]:
+    """Every trivial baseline of the experiment's task, evaluated on the runs' test prompts."""
+    from ..icl.evaluate import baselines_for, evaluate_task
+
+    task = icl_config.tasks[0]
+    return {name: evaluate_task(task, fn, icl_config.eval, icl_config.eval_length) for name, fn in baselines_for(task).items()}
+
+
+def icl_claims(name: str, experiment: ICLExperiment, runs: list[dict], baseline_evals: dict[str, dict],
+               icl_settings: dict, config: ReproduceConfig) -> list[dict]:
+    """The claims of one ICL experiment from its finished runs (a claim whose confirmatory seeds have fewer than 2
+    finished pairs is left out: `expected_claims` names it as pending)."""
+    zero = baseline_evals.get("zero", {}).get("grid", {}).get("mse")
+    trivial = "zero" if "zero" in baseline_evals else "majority"
+
+    def value(evaluation, endpoint):
+        return endpoint_value(evaluation, _selector(endpoint), zero)
+
+    out = []
+    for claim_name, claim in experiment.claims.items():
+        rows = []
+        endpoints = [(claim.primary, True, "confirmatory"), (claim.primary, True, "exploratory")]
+        endpoints += [(e, False, "confirmatory") for e in claim.secondary]
+        for endpoint, is_primary, kind in endpoints:
+            wanted = getattr(experiment.seeds, kind)
+            by_arm = {arm: {r["seed"]: r["eval"] for r in runs if r["scoring"] == arm and r["seed"] in wanted}
+                      for arm in (endpoint.treatment, endpoint.control)}
+            seeds = sorted(set(by_arm[endpoint.treatment]) & set(by_arm[endpoint.control]))
+            if len(seeds) < 2:
+                if is_primary and kind == "confirmatory":
+                    break  # the claim is pending
+                continue
+            scale = "log" if endpoint.metric == "log_mse_ratio" else "mse" if endpoint.metric == "mse" else "error"
+            baselines = {b: value(e, endpoint) for b, e in baseline_evals.items()}
+            rows.append(_row(
+                _icl_label(endpoint), endpoint, [value(by_arm[endpoint.treatment][s], endpoint) for s in seeds],
+                [value(by_arm[endpoint.control][s], endpoint) for s in seeds], seeds, config, kind=kind,
+                primary=is_primary, baselines=baselines,
+                measure_baseline=_in_distribution(baseline_evals[trivial], endpoint),
+                measure_control=[_in_distribution(by_arm[endpoint.control][s], endpoint) for s in seeds],
+                paper={"text": ICL_QUALITATIVE}, scale=scale))
+        if not rows or not rows[0]["decides"]:
+            continue
+        backbone = icl_settings.get("backbone", "llama")
+        protocol = (f"{icl_settings['model']}; {icl_settings['training']}; test prompts: "
+                    f"{icl_settings['prompts']} per cell, scored from position {icl_settings['from_position']}")
+        if claim_name == "length" or claim.primary.sweep == "length_sweep":
+            protocol += f"; positions: {POSITIONS.get(backbone, backbone)} (prompts up to {icl_settings['max_points']} points)"
+        out.append({"id": f"icl_{name}_{claim_name}", "section": "icl", "experiment": name, "claim_name": claim_name,
+                    "title": f"ICL `{icl_settings['task']}` ({claim_name}, {backbone} backbone): SSA vs softmax",
+                    "claim": claim.claim, "description": experiment.description, "protocol": protocol,
+                    "seeds": {"confirmatory": rows[0]["seed_list"], "exploratory": experiment.seeds.exploratory,
+                              "declared": experiment.seeds.confirmatory},
+                    "exploratory_run": [r["seed_list"] for r in rows if r["seeds_kind"] == "exploratory" and r["primary"]],
+                    "power": power_summary(claim, len(rows[0]["seed_list"]), config.alpha),
+                    "measure_rule": (f"control (`{claim.primary.control}`) in distribution (sigma 1, trained length) vs the "
+                                     f"{'predict-0' if trivial == 'zero' else 'majority-answer'} baseline"),
+                    "rows": rows})
+    return out
+
+
+def icl_settings(config) -> dict:
+    model, train = config.model, config.train
+    return {"task": config.tasks[0], "backbone": model.backbone,
+            "model": f"{model.backbone} backbone, {model.layers} layers, {model.heads} heads, width {model.width}"
+                     + (f", scoring options {model.scoring_options}" if model.scoring_options else ""),
+            "training": f"{train.steps} steps, batch {train.batch_size}, lr {train.lr}, warm-up {train.warmup_steps}, "
+                        f"curriculum {train.curriculum.start} -> {train.curriculum.end} points (+{train.curriculum.increment} "
+                        f"every {train.curriculum.interval} steps)",
+            "prompts": config.eval.batches * config.eval.batch_size, "from_position": config.eval.from_position,
+            "max_points": model.max_points}
 
 
 # ------------------------------------------------------------------------------------------- language models
 
 
-def _values(results: list[dict], arm: str, seeds: list[int], getter) -> list[float]:
-    by_seed = {r["seed"]: r for r in results if r["arm"] == arm}
-    return [float(getter(by_seed[s])) for s in seeds]
-
-
-def _lm_row(label: str, endpoint: Endpoint, results: list[dict], experiment: LMExperiment, getter, config, *,
-            primary: bool, paper: dict | None, scale: str = "difference") -> dict | None:
-    seeds = paired_seeds(results, experiment)
-    if len(seeds) < 2:
-        return None  # no interval from fewer than 2 paired seeds (a run still pending)
-    try:
-        treatment = _values(results, experiment.treatment, seeds, getter)
-        control = _values(results, experiment.control, seeds, getter)
-    except (KeyError, TypeError):
-        return None  # this figure is missing from some run (e.g. a task that did not run)
-    comparison = paired_comparison(treatment, control, endpoint.interval, config.level)
-    bounds = BOUNDS[scale]
-    comparison["treatment_ci"] = mean_ci(treatment, config.level, bounds)
-    comparison["control_ci"] = mean_ci(control, config.level, bounds)
-    return _row(label, endpoint.direction, comparison, config.alpha, margin=endpoint.margin, paper=paper,
-                primary=primary, scale=scale)
-
-
-def _zorro_getter(metric: str):
+def _zorro_getter(metric: str) -> Callable[[dict], float]:
     if metric == "zorro_mean":
         return lambda r: 100 * r["evaluations"]["zorro"]["mean"]
     paradigm = metric.split(":", 1)[1]
@@ -125,20 +188,36 @@ def _lm_eval_metric(task: str) -> str:
     return figure.metric if figure else "acc"
 
 
-def _lm_eval_getter(metric: str, tasks: list[str]):
+def _lm_eval_tasks(results: list[dict]) -> list[str]:
+    return sorted(set.intersection(*(set(r["evaluations"]["lm_eval"]["tasks"]) for r in results)))
+
+
+def _getter(claim: str, metric: str, results: list[dict]) -> Callable[[dict], float]:
+    if claim == "zorro":
+        return _zorro_getter(metric)
+    if claim == "perplexity":
+        return lambda r: r["evaluations"]["perplexity"][metric]
+    tasks = _lm_eval_tasks(results)
     if metric == "lm_eval_mean":
         return lambda r: sum(r["evaluations"]["lm_eval"]["tasks"][t]["metrics"][_lm_eval_metric(t)] for t in tasks) / len(tasks)
     task = metric.split(":", 1)[1]
     return lambda r: r["evaluations"]["lm_eval"]["tasks"][task]["metrics"][_lm_eval_metric(task)]
 
 
-def _getter(claim: str, metric: str, results: list[dict]):
+def _lm_baselines(claim: str, metric: str, results: list[dict], vocab_size: int | None) -> dict[str, float | None]:
+    """The trivial baselines of an endpoint: zorro chance 50%; lm-eval chance and majority of the documents scored;
+    NLL of the uniform distribution over the vocabulary."""
     if claim == "zorro":
-        return _zorro_getter(metric)
+        return {"chance": 50.0}
     if claim == "perplexity":
-        return lambda r: r["evaluations"]["perplexity"][metric]
-    tasks = sorted(set.intersection(*(set(r["evaluations"]["lm_eval"]["tasks"]) for r in results)))
-    return _lm_eval_getter(metric, tasks)
+        return {"uniform": math.log(vocab_size) if vocab_size else None}
+    tasks = _lm_eval_tasks(results) if metric == "lm_eval_mean" else [metric.split(":", 1)[1]]
+    entries = [results[0]["evaluations"]["lm_eval"]["tasks"][t].get("baselines") or {} for t in tasks]
+    if not all(e.get("chance") is not None and e.get("majority") is not None for e in entries):
+        return {}
+    return {"chance": sum(e["chance"] for e in entries) / len(entries),
+            "majority": sum(e["majority"] for e in entries) / len(entries),
+            "best trivial": sum(max(e["chance"], e["majority"]) for e in entries) / len(entries)}
 
 
 def _paper_for(claim: str, metric: str) -> dict:
@@ -152,55 +231,13 @@ def _paper_for(claim: str, metric: str) -> dict:
     return {}
 
 
-def _default_secondary(claim: str, results: list[dict]) -> list[str]:
-    """Metrics of the secondary rows when the config lists none: every paradigm / every lm-eval task run."""
-    if claim == "zorro":
-        return [f"zorro:{p}" for p in results[0]["evaluations"]["zorro"]["paradigms"]]
-    if claim == "lm_eval":
-        return [f"lm_eval:{t}" for t in results[0]["evaluations"]["lm_eval"]["tasks"]]
-    return []
-
-
 TITLES = {"zorro": "BabyBERTa-style masked LM: Zorro grammar probes, SSA vs softmax",
           "perplexity": "Small decoder: perplexity in and out of distribution, SSA vs softmax",
           "lm_eval": "Small decoder: lm-eval (zero-shot multiple choice), SSA vs softmax"}
-CLAIMS = {"zorro": "SSA improves grammatical generalisation of a BabyBERTa model on Zorro (paper: best SSA vs softmax)",
-          "perplexity": "SSA lowers the decoder's perplexity in distribution (FineWeb) and out of it (Wikipedia)",
-          "lm_eval": "SSA raises the decoder's lm-eval accuracies"}
-
-
-def paired_seeds(results: list[dict], experiment: LMExperiment) -> list[int]:
-    """Seeds with a finished run of both the treatment and the control arm."""
-    return sorted({r["seed"] for r in results if r["arm"] == experiment.treatment}
-                  & {r["seed"] for r in results if r["arm"] == experiment.control})
-
-
-def lm_claims(kind: str, experiment: LMExperiment, results: list[dict], config: ReproduceConfig) -> list[dict]:
-    """The claims of one kind of language model from its finished runs (claims with < 2 paired seeds are left
-    out: `pending_claims` names them)."""
-    claims = []
-    seeds = paired_seeds(results, experiment)
-    results = [r for r in results if r["seed"] in seeds]
-    for claim, primary in experiment.primary.items():
-        if len(seeds) < 2 or any(claim not in r["evaluations"] for r in results):
-            continue
-        endpoints = [(primary, True)] + [(e, False) for e in experiment.secondary.get(claim, [])]
-        if not experiment.secondary.get(claim):
-            endpoints += [(Endpoint(metric=m, direction=primary.direction, interval=primary.interval), False)
-                          for m in _default_secondary(claim, results)]
-        rows = []
-        for endpoint, is_primary in endpoints:
-            row = _lm_row(endpoint.label or _label(endpoint.metric), endpoint, results, experiment,
-                          _getter(claim, endpoint.metric, results), config, primary=is_primary,
-                          paper=_paper_for(claim, endpoint.metric), scale=_scale(claim, endpoint.metric))
-            if row is not None:
-                rows.append(row)
-        if not any(r["primary"] for r in rows):
-            continue
-        claims.append({"id": f"{kind}_{claim}", "section": kind, "claim_kind": claim, "title": TITLES[claim],
-                       "claim": CLAIMS[claim], "rows": rows, "seeds": seeds,
-                       "baselines": _lm_baselines(results) if claim == "lm_eval" else None})
-    return claims
+SCALES = {"zorro": "percent", "perplexity": "nll", "lm_eval": "accuracy"}
+MEASURE_RULES = {"zorro": "control vs chance (50%) on the endpoint", "perplexity": "control vs the uniform "
+                 "distribution's NLL (log of the vocabulary size)", "lm_eval": "control vs the better of chance and "
+                 "the majority answer on the documents scored"}
 
 
 def _label(metric: str) -> str:
@@ -211,11 +248,108 @@ def _label(metric: str) -> str:
             "lm_eval_mean": "mean accuracy over the tasks"}.get(metric, metric)
 
 
-def _scale(claim: str, metric: str) -> str:
-    return {"zorro": "percent", "perplexity": "nll", "lm_eval": "accuracy"}[claim]
+def paired_seeds(results: list[dict], experiment: LMExperiment, wanted: list[int]) -> list[int]:
+    """Seeds of `wanted` with a finished run of both the treatment and the control arm."""
+    return sorted({r["seed"] for r in results if r["arm"] == experiment.treatment and r["seed"] in wanted}
+                  & {r["seed"] for r in results if r["arm"] == experiment.control and r["seed"] in wanted})
 
 
-def _lm_baselines(results: list[dict]) -> dict[str, Any]:
-    """Chance and majority per lm-eval task, from the documents the first run scored."""
-    tasks = results[0]["evaluations"]["lm_eval"]["tasks"]
-    return {task: entry.get("baselines") for task, entry in tasks.items()}
+def _vocab_size(experiment: LMExperiment) -> int | None:
+    return ((experiment.overrides.get("tokenizer") or {}).get("vocab_size")
+            or ((experiment.overrides.get("model") or {}).get("overrides") or {}).get("vocab_size"))
+
+
+def lm_claims(kind: str, experiment: LMExperiment, results: list[dict], config: ReproduceConfig) -> list[dict]:
+    """The claims of one kind of language model from its finished runs (claims with < 2 paired confirmatory
+    seeds are left out: `expected_claims` names them as pending)."""
+    claims = []
+    for claim_name, claim in experiment.claims.items():
+        rows = []
+        endpoints = [(claim.primary, True, "confirmatory"), (claim.primary, True, "exploratory")]
+        endpoints += [(e, False, "confirmatory") for e in claim.secondary]
+        for endpoint, is_primary, seed_kind in endpoints:
+            seeds = paired_seeds(results, experiment, getattr(experiment.seeds, seed_kind))
+            chosen = [r for r in results if r["seed"] in seeds]
+            if len(seeds) < 2 or any(claim_name not in r["evaluations"] for r in chosen):
+                if is_primary and seed_kind == "confirmatory":
+                    break
+                continue
+            getter = _getter(claim_name, endpoint.metric, chosen)
+            try:
+                by_arm = {arm: {r["seed"]: float(getter(r)) for r in chosen if r["arm"] == arm}
+                          for arm in (experiment.treatment, experiment.control)}
+            except (KeyError, TypeError):
+                continue  # this figure is missing from some run (e.g. a task that did not run)
+            baselines = _lm_baselines(claim_name, endpoint.metric, chosen, _vocab_size(experiment))
+            measure = baselines.get("best trivial", baselines.get("chance", baselines.get("uniform")))
+            rows.append(_row(endpoint.label or _label(endpoint.metric), endpoint,
+                             [by_arm[experiment.treatment][s] for s in seeds], [by_arm[experiment.control][s] for s in seeds],
+                             seeds, config, kind=seed_kind, primary=is_primary, baselines=baselines,
+                             measure_baseline=measure, measure_control=None, paper=_paper_for(claim_name, endpoint.metric),
+                             scale=SCALES[claim_name]))
+        if not rows or not rows[0]["decides"]:
+            continue
+        confirmatory = rows[0]["seed_list"]
+        entry = {"id": f"{kind}_{claim_name}", "section": kind, "experiment": kind, "claim_name": claim_name,
+                 "title": TITLES[claim_name], "claim": claim.claim, "description": experiment.description,
+                 "protocol": _lm_protocol(kind, experiment),
+                 "seeds": {"confirmatory": confirmatory, "exploratory": experiment.seeds.exploratory,
+                           "declared": experiment.seeds.confirmatory},
+                 "exploratory_run": [r["seed_list"] for r in rows if r["seeds_kind"] == "exploratory" and r["primary"]],
+                 "power": power_summary(claim, len(confirmatory), config.alpha), "measure_rule": MEASURE_RULES[claim_name],
+                 "rows": rows}
+        chosen = [r for r in results if r["seed"] in confirmatory]
+        if claim_name == "lm_eval":
+            entry["baselines"] = {t: e.get("baselines") for t, e in chosen[0]["evaluations"]["lm_eval"]["tasks"].items()}
+        if claim_name == "zorro":
+            entry["paradigms"] = zorro_paradigms(chosen, experiment, config)
+        claims.append(entry)
+    return claims
+
+
+def zorro_paradigms(results: list[dict], experiment: LMExperiment, config: ReproduceConfig) -> list[dict]:
+    """Every Zorro paradigm, descriptive (no test): both arms' means and whether the control sits at chance
+    (not measurable: within one standard error of 50%)."""
+    out = []
+    for paradigm in results[0]["evaluations"]["zorro"]["paradigms"]:
+        getter = _zorro_getter(f"zorro:{paradigm}")
+        treatment = [getter(r) for r in results if r["arm"] == experiment.treatment]
+        control = [getter(r) for r in results if r["arm"] == experiment.control]
+        out.append({"paradigm": paradigm, "control": sum(control) / len(control), "treatment": sum(treatment) / len(treatment),
+                    "measurable": measurable(control, 50.0, "higher")})
+    return out
+
+
+def _lm_protocol(kind: str, experiment: LMExperiment) -> str:
+    o = experiment.overrides
+    text = (f"{o.get('max_steps', '?')} steps of batch {o.get('per_device_train_batch_size', '?')}, lr "
+            f"{o.get('learning_rate', '?')}, warm-up {o.get('warmup_steps', '?')}")
+    evaluation = experiment.evaluation
+    if kind == "masked":
+        zorro = evaluation.get("zorro") or {}
+        return text + f"; Zorro {', '.join(zorro.get('methods', ['holistic']))}, {zorro.get('limit')} pairs per paradigm"
+    lm_eval, perplexity = evaluation.get("lm_eval") or {}, evaluation.get("perplexity") or {}
+    return (text + f"; perplexity on {perplexity.get('windows')} windows; lm-eval {lm_eval.get('num_fewshot', 0)}-shot, "
+            f"{lm_eval.get('limit')} documents per task ({', '.join(lm_eval.get('tasks', []))})")
+
+
+def expected_claims(config: ReproduceConfig) -> list[str]:
+    names = [f"icl_{name}_{claim}" for name, e in config.icl.items() for claim in e.claims]
+    for kind in ("masked", "causal"):
+        experiment = getattr(config, kind)
+        if experiment is not None:
+            names += [f"{kind}_{claim}" for claim in experiment.claims]
+    return names
+
+
+def results_summary(claims: list[dict]) -> dict[str, Any]:
+    """The figures the docs quote, per claim (docs/results_summary.json, which tests compare with the docs)."""
+    out = {}
+    for claim in claims:
+        row = claim["rows"][0]
+        c = row["comparison"]
+        out[claim["id"]] = {"verdict": row["verdict"], "declared_seeds": len(claim["seeds"].get("declared") or []), "mean_difference": c["mean_difference"], "low": c["low"],
+                            "high": c["high"], "p": row["p"], "test": row["test"], "lower": c.get("lower"),
+                            "higher": c.get("higher"), "seeds": c.get("seeds"), "sd": c.get("sd"),
+                            "control": c["mean_b"], "treatment": c["mean_a"], "holm_p": row["holm_p"]}
+    return out

@@ -1,11 +1,16 @@
-"""The configuration of `ssa-hf reproduce`: which experiments run at which scale, and the primary endpoint of
-every claim, declared in the file before anything runs (configs/experiments/reproduce_*.yaml).
+"""The configuration of `ssa-hf reproduce`: which experiments run at which scale, which seeds are confirmatory,
+and the endpoints of every claim, declared in the file (configs/experiments/reproduce_*.yaml; its header comment
+says when, relative to the runs).
 
 A config has three sections, each optional:
-- `icl`: named ICL experiments (one task each), every one an ICL config (ssa_hf.icl) whose `stats.primary` is the
-  claim's primary endpoint, plus `secondary` endpoints reported beside it;
+- `icl`: named ICL experiments (one task each), every one an ICL config (ssa_hf.icl) plus its seeds and claims;
 - `masked`: BabyBERTa-style masked LMs trained by the pretraining pipeline, one per (arm, seed), probed on Zorro;
 - `causal`: small decoders, one per (arm, seed), with perplexity in and out of distribution and lm-eval.
+
+Every experiment has `seeds: {confirmatory: [...], exploratory: [...]}`: only the confirmatory seeds decide a
+verdict; exploratory seeds (those already seen or published) are shown beside them, never pooled with them.
+Every experiment has `claims`: name -> {claim, primary, secondary, power}; the primary endpoint carries the
+declared test, the secondary endpoints are exploratory (nominal p, no verdict words).
 Unknown keys and bad values raise ConfigError naming the key.
 """
 
@@ -21,6 +26,10 @@ from ..options import ConfigError, from_dict, load_yaml
 DIRECTIONS = ("lower", "higher")
 SCALES = ("tiny", "cpu", "paper")
 INTERVALS = ("t", "bootstrap")
+TESTS = ("wilcoxon", "t", "sign")
+MULTIPLICITY = ("holm", "none")
+# the claims each kind of language model can make (each has its own figures: ssa_hf.reproduce.claims)
+LM_CLAIMS = {"masked": ("zorro",), "causal": ("perplexity", "lm_eval")}
 # repository-relative presets of `--scale`
 SCALE_FILES = {"cpu": "configs/experiments/reproduce_cpu.yaml", "paper": "configs/experiments/reproduce_paper.yaml"}
 
@@ -29,22 +38,24 @@ SCALE_FILES = {"cpu": "configs/experiments/reproduce_cpu.yaml", "paper": "config
 class Endpoint:
     """One declared comparison, treatment minus control paired by seed.
 
-    metric: what is compared (per section: zorro_mean, zorro:<paradigm>; nll_in, nll_out; lm_eval_mean,
-        lm_eval:<task>; for ICL secondary endpoints the fields of ssa_hf.icl's PrimaryEndpoint below).
+    metric: what is compared. ICL: sequence_error, individual_error (quantifier tasks), mse or log_mse_ratio
+        (linear_regression: per cell log(MSE / MSE of always predicting 0), averaged over the cells; scale-free);
+        masked: zorro_mean, zorro:<paradigm>; causal: nll_in, nll_out, lm_eval_mean, lm_eval:<task>.
     direction: the paper's direction of treatment minus control: lower (e.g. error, perplexity) or higher.
-    interval: t (Student-t interval of the mean paired difference; honest with 3 seeds) or bootstrap (paired
-        percentile bootstrap, the ICL report's).
-    margin: optional smallest difference that matters: an interval inside (-margin, margin) reads "not reproduced"
-        (an effect of the paper's kind, if any, is smaller than that). null: no such verdict.
-    label: a name for the table (default: the metric).
+    test: the declared test of a primary endpoint (wilcoxon: exact signed-rank; t: paired Student-t; sign: exact
+        sign test), two-sided at the config's alpha. Secondary endpoints show it as a nominal p.
+    interval: t (paired Student-t interval of the mean difference) or bootstrap (paired percentile bootstrap,
+        which covers too little at few seeds: 76% / 83% / 89% of nominal 95% at 3 / 5 / 10 seeds).
+    label: a name for the table (default: made from the metric).
+    treatment, control, sweep, test_set, min_value, max_value: ICL endpoints only (the meaning of
+        ssa_hf.icl.config.PrimaryEndpoint; sweep null: sigma_sweep, or grid for the linear metrics).
     """
 
     metric: str = ""
     direction: str = "lower"
+    test: str = "wilcoxon"
     interval: str = "t"
-    margin: float | None = None
     label: str | None = None
-    # ICL secondary endpoints only (same meaning as ssa_hf.icl.config.PrimaryEndpoint)
     treatment: str = "ssa"
     control: str = "softmax"
     sweep: str | None = None
@@ -59,22 +70,74 @@ class Endpoint:
             raise ConfigError(f"{where}.direction: must be one of {DIRECTIONS}, got {self.direction!r}")
         if self.interval not in INTERVALS:
             raise ConfigError(f"{where}.interval: must be one of {INTERVALS}, got {self.interval!r}")
-        if self.margin is not None and self.margin <= 0:
-            raise ConfigError(f"{where}.margin: must be > 0 or null, got {self.margin}")
+        if self.test not in TESTS:
+            raise ConfigError(f"{where}.test: must be one of {TESTS}, got {self.test!r}")
         if self.treatment == self.control:
             raise ConfigError(f"{where}: treatment and control are both {self.treatment!r}")
+        if self.max_value is not None and self.max_value < self.min_value:
+            raise ConfigError(f"{where}: max_value ({self.max_value}) is below min_value ({self.min_value})")
+
+
+@dataclass
+class Power:
+    """What a claim's confirmatory seeds were sized from: the SD of the paired differences and the effect seen on
+    earlier (exploratory) seeds, or a guess; `source` says which. RESULTS.md shows the power of the declared
+    seeds and the seeds needed for 80% (paired t at alpha, ssa_hf.icl.stats.seeds_for_power)."""
+
+    sd: float = 0.0
+    effect: float = 0.0
+    source: str = ""
+
+    def validate(self, where: str) -> None:
+        if not self.sd > 0 or not self.effect > 0:
+            raise ConfigError(f"{where}: sd and effect must be > 0 (effect: the size of the difference), "
+                              f"got {self.sd}, {self.effect}")
+
+
+@dataclass
+class Claim:
+    """One claim of the paper: its words, the primary endpoint that decides its verdict, exploratory secondary
+    endpoints (3-4 at most, declared rather than every cell), and the power calculation behind its seeds."""
+
+    claim: str = ""
+    primary: Endpoint = field(default_factory=Endpoint)
+    secondary: list[Endpoint] = field(default_factory=list)
+    power: Power | None = None
+
+
+@dataclass
+class Seeds:
+    """confirmatory: the seeds that decide the verdicts (fresh: never run or published before the declaration);
+    exploratory: seeds seen earlier, shown separately and never pooled with the confirmatory ones."""
+
+    confirmatory: list[int] = field(default_factory=list)
+    exploratory: list[int] = field(default_factory=list)
+
+    def validate(self, where: str) -> None:
+        for name in ("confirmatory", "exploratory"):
+            values = getattr(self, name)
+            if len(set(values)) != len(values) or not all(isinstance(s, int) and not isinstance(s, bool) for s in values):
+                raise ConfigError(f"{where}.{name}: give distinct integer seeds, got {values}")
+        if len(self.confirmatory) < 2:
+            raise ConfigError(f"{where}.confirmatory: give at least 2 confirmatory seeds, got {self.confirmatory}")
+        overlap = sorted(set(self.confirmatory) & set(self.exploratory))
+        if overlap:
+            raise ConfigError(f"{where}: seeds {overlap} are both confirmatory and exploratory; a seed already seen "
+                              "cannot confirm anything: move it to exploratory and declare fresh confirmatory seeds")
+
+    def all(self) -> list[int]:
+        return sorted(set(self.confirmatory) | set(self.exploratory))
 
 
 @dataclass
 class ICLExperiment:
-    """One ICL experiment: `config` is an ssa_hf.icl config mapping (`preset: quick` plus overrides) whose
-    stats.primary is the claim's primary endpoint; `direction` the paper's direction of its treatment minus
-    control; `secondary` further endpoints (exploratory)."""
+    """One ICL experiment: `config` is an ssa_hf.icl config mapping (`preset: quick` plus overrides; its seeds
+    come from `seeds`), `seeds` its confirmatory and exploratory seeds, `claims` what its runs decide."""
 
     config: dict[str, Any] = field(default_factory=dict)
-    direction: str = "lower"
-    claim: str = ""
-    secondary: list[Endpoint] = field(default_factory=list)
+    seeds: Seeds = field(default_factory=Seeds)
+    claims: dict[str, Claim] = field(default_factory=dict)
+    description: str = ""
 
 
 @dataclass
@@ -84,36 +147,39 @@ class LMExperiment:
     pretrain: a pretraining config file (configs/pretrain/*.yaml), relative to the repository or absolute.
     overrides: keys merged over it (nested mappings, as in the YAML).
     arms: arm name -> keys merged over that (e.g. {model: {attention_scoring: ssa}}); the first is the control.
-    seeds: one run per arm and seed; the same seed gives both arms the same data order and initial weights of the
-        shared parameters, so the comparisons are paired by seed.
+    seeds: confirmatory and exploratory seeds; the same seed gives both arms the same data order and initial
+        weights of the shared parameters, so the comparisons are paired by seed.
     treatment, control: the arms compared (treatment minus control).
     evaluation: settings of the evaluations (masked: zorro; causal: perplexity and lm_eval), see the YAML.
-    primary: the claim's primary endpoint per claim name (masked: zorro; causal: perplexity, lm_eval).
-    secondary: further endpoints per claim name.
+    claims: claim name (masked: zorro; causal: perplexity, lm_eval) -> its endpoints.
+    description: the model and its SSA setting in words (RESULTS.md states it per row).
     """
 
     pretrain: str = ""
     overrides: dict[str, Any] = field(default_factory=dict)
     arms: dict[str, dict[str, Any]] = field(default_factory=dict)
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    seeds: Seeds = field(default_factory=Seeds)
     treatment: str = "ssa"
     control: str = "softmax"
     evaluation: dict[str, Any] = field(default_factory=dict)
-    primary: dict[str, Endpoint] = field(default_factory=dict)
-    secondary: dict[str, list[Endpoint]] = field(default_factory=dict)
+    claims: dict[str, Claim] = field(default_factory=dict)
+    description: str = ""
 
 
 @dataclass
 class ReproduceConfig:
     """Everything `ssa-hf reproduce` runs. scale: the name in RESULTS.md; data_dir: local data in the layout of
     ../shared/data (null: $SSA_HF_DATA_DIR or ../shared/data); level: the intervals' coverage; alpha: the level
-    of the tests; workers: runs in parallel processes (CPU); threads: torch threads per process."""
+    of the tests; multiplicity: holm (the verdicts use Holm-adjusted p over all primary endpoints) or none (each
+    primary is tested alone at alpha; the Holm-adjusted p is shown beside it); workers: runs in parallel
+    processes (CPU); threads: torch threads per process."""
 
     scale: str = "cpu"
     description: str = ""
     data_dir: str | None = None
     level: float = 0.95
     alpha: float = 0.05
+    multiplicity: str = "none"
     workers: int = 1
     threads: int | None = 1
     device: str = "auto"
@@ -126,21 +192,40 @@ class ReproduceConfig:
             raise ConfigError(f"scale: must be one of {SCALES}, got {self.scale!r}")
         if not 0 < self.level < 1 or not 0 < self.alpha < 1:
             raise ConfigError(f"level and alpha must be in (0, 1), got {self.level}, {self.alpha}")
+        if self.multiplicity not in MULTIPLICITY:
+            raise ConfigError(f"multiplicity: must be one of {MULTIPLICITY}, got {self.multiplicity!r}")
         if self.workers < 1 or (self.threads is not None and self.threads < 1):
             raise ConfigError(f"workers (--workers) and threads must be >= 1, got workers={self.workers}, "
                               f"threads={self.threads}")
         for name, experiment in self.icl.items():
-            if experiment.direction not in DIRECTIONS:
-                raise ConfigError(f"icl.{name}.direction: must be one of {DIRECTIONS}, got {experiment.direction!r}")
-            if not (experiment.config.get("stats") or {}).get("primary"):
-                raise ConfigError(f"icl.{name}.config.stats.primary: declare the claim's primary endpoint")
-            for i, endpoint in enumerate(experiment.secondary):
-                endpoint.validate(f"icl.{name}.secondary[{i}]")
-        for kind, claims in (("masked", ("zorro",)), ("causal", ("perplexity", "lm_eval"))):
+            where = f"icl.{name}"
+            if "seeds" in experiment.config:
+                raise ConfigError(f"{where}.config.seeds: give the seeds as {where}.seeds (confirmatory, exploratory)")
+            experiment.seeds.validate(f"{where}.seeds")
+            if not experiment.claims:
+                raise ConfigError(f"{where}.claims: declare at least one claim with its primary endpoint")
+            _validate_claims(experiment.claims, where, None)
+        for kind, names in LM_CLAIMS.items():
             experiment = getattr(self, kind)
             if experiment is not None:
-                _validate_lm(experiment, kind, claims)
+                _validate_lm(experiment, kind, names)
         return self
+
+    def experiments(self) -> list[tuple[str, Any]]:
+        """(section name, experiment) of every experiment, ICL first."""
+        out = [(f"icl.{name}", e) for name, e in self.icl.items()]
+        return out + [(kind, getattr(self, kind)) for kind in LM_CLAIMS if getattr(self, kind) is not None]
+
+
+def _validate_claims(claims: dict[str, Claim], where: str, allowed: tuple[str, ...] | None) -> None:
+    for name, claim in claims.items():
+        if allowed is not None and name not in allowed:
+            raise ConfigError(f"{where}.claims: unknown claim {name!r}; known: {list(allowed)}")
+        claim.primary.validate(f"{where}.claims.{name}.primary")
+        for i, endpoint in enumerate(claim.secondary):
+            endpoint.validate(f"{where}.claims.{name}.secondary[{i}]")
+        if claim.power is not None:
+            claim.power.validate(f"{where}.claims.{name}.power")
 
 
 def _validate_lm(experiment: LMExperiment, kind: str, claims: tuple[str, ...]) -> None:
@@ -149,53 +234,53 @@ def _validate_lm(experiment: LMExperiment, kind: str, claims: tuple[str, ...]) -
     for arm in (experiment.treatment, experiment.control):
         if arm not in experiment.arms:
             raise ConfigError(f"{kind}: arm {arm!r} (treatment/control) is not among arms {list(experiment.arms)}")
-    if not experiment.seeds or len(set(experiment.seeds)) != len(experiment.seeds):
-        raise ConfigError(f"{kind}.seeds: give distinct seeds, got {experiment.seeds}")
+    experiment.seeds.validate(f"{kind}.seeds")
     for claim in claims:
-        if claim not in experiment.primary:
-            raise ConfigError(f"{kind}.primary.{claim}: declare the claim's primary endpoint")
-    for claim, endpoint in experiment.primary.items():
-        if claim not in claims:
-            raise ConfigError(f"{kind}.primary: unknown claim {claim!r}; known: {list(claims)}")
-        endpoint.validate(f"{kind}.primary.{claim}")
-    for claim, endpoints in experiment.secondary.items():
-        if claim not in claims:
-            raise ConfigError(f"{kind}.secondary: unknown claim {claim!r}; known: {list(claims)}")
-        for i, endpoint in enumerate(endpoints):
-            endpoint.validate(f"{kind}.secondary.{claim}[{i}]")
+        if claim not in experiment.claims:
+            raise ConfigError(f"{kind}.claims.{claim}: declare the claim's primary endpoint")
+    _validate_claims(experiment.claims, kind, claims)
 
 
-def _endpoint(value: Any, where: str) -> Endpoint:
-    return from_dict(Endpoint, value, where) if isinstance(value, dict) else _not_mapping(where, value)
+def _mapping(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+    return dict(value)
 
 
-def _not_mapping(where: str, value: Any):
-    raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+def _claim(value: Any, where: str) -> Claim:
+    data = _mapping(value, where)
+    if "primary" not in data:
+        raise ConfigError(f"{where}.primary: declare the claim's primary endpoint")
+    primary = from_dict(Endpoint, _mapping(data.pop("primary"), f"{where}.primary"), f"{where}.primary")
+    secondary = [from_dict(Endpoint, _mapping(e, f"{where}.secondary[{i}]"), f"{where}.secondary[{i}]")
+                 for i, e in enumerate(data.pop("secondary", None) or [])]
+    power = data.pop("power", None)
+    power = None if power is None else from_dict(Power, _mapping(power, f"{where}.power"), f"{where}.power")
+    claim = from_dict(Claim, data, where)
+    claim.primary, claim.secondary, claim.power = primary, secondary, power
+    return claim
 
 
-def _lm_experiment(data: dict[str, Any], where: str) -> LMExperiment:
-    data = dict(data)
-    primary = {k: _endpoint(v, f"{where}.primary.{k}") for k, v in (data.pop("primary", None) or {}).items()}
-    secondary = {k: [_endpoint(e, f"{where}.secondary.{k}[{i}]") for i, e in enumerate(v or [])]
-                 for k, v in (data.pop("secondary", None) or {}).items()}
-    experiment = from_dict(LMExperiment, data, where)
-    experiment.primary, experiment.secondary = primary, secondary
+def _experiment(cls, value: Any, where: str):
+    data = _mapping(value, where)
+    claims = {k: _claim(v, f"{where}.claims.{k}") for k, v in _mapping(data.pop("claims", None) or {}, f"{where}.claims").items()}
+    seeds = data.pop("seeds", None)
+    if not isinstance(seeds, dict):
+        raise ConfigError(f"{where}.seeds: give {{confirmatory: [...], exploratory: [...]}} (the exploratory ones: "
+                          f"seeds already seen), got {seeds!r}")
+    experiment = from_dict(cls, data, where)
+    experiment.claims, experiment.seeds = claims, from_dict(Seeds, seeds, f"{where}.seeds")
     return experiment
 
 
 def config_from_dict(data: dict[str, Any]) -> ReproduceConfig:
     """A validated ReproduceConfig from a mapping (the YAML's content)."""
     data = copy.deepcopy(data)
-    icl = {}
-    for name, value in (data.pop("icl", None) or {}).items():
-        if not isinstance(value, dict):
-            _not_mapping(f"icl.{name}", value)
-        value = dict(value)
-        secondary = [_endpoint(e, f"icl.{name}.secondary[{i}]") for i, e in enumerate(value.pop("secondary", None) or [])]
-        icl[name] = from_dict(ICLExperiment, value, f"icl.{name}")
-        icl[name].secondary = secondary
-    lm = {kind: _lm_experiment(data.pop(kind), kind) for kind in ("masked", "causal") if data.get(kind) is not None}
-    data.pop("masked", None), data.pop("causal", None)
+    icl = {name: _experiment(ICLExperiment, value, f"icl.{name}")
+           for name, value in _mapping(data.pop("icl", None) or {}, "icl").items()}
+    lm = {kind: _experiment(LMExperiment, data.pop(kind), kind) for kind in LM_CLAIMS if data.get(kind) is not None}
+    for kind in LM_CLAIMS:
+        data.pop(kind, None)
     config = from_dict(ReproduceConfig, data)
     config.icl, config.masked, config.causal = icl, lm.get("masked"), lm.get("causal")
     return config.validate()

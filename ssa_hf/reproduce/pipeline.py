@@ -17,23 +17,26 @@ import os
 import platform
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
-from ..reporting import OutputDir
-from .claims import icl_claim, lm_claims
+from ..reporting import OutputDir, atomic_write_json
+from .claims import apply_multiplicity, expected_claims, icl_baseline_evaluations, icl_claims, icl_settings, lm_claims, results_summary
 from .config import ReproduceConfig
 from .report import results_markdown
 from .runs import data_dir_env, describe_lm_result, lm_specs, run_lm_jobs
 
 logger = logging.getLogger("ssa_hf.reproduce")
 
+# RESULTS.md's figures, per claim, beside the RESULTS.md written with --results-file (the docs' tests read it)
+SUMMARY_FILE = "results_summary.json"
 
-def icl_config(experiment, config: ReproduceConfig):
-    """The ssa_hf.icl config of one experiment; the reproduce config's workers, threads and device apply unless
-    the experiment sets its own."""
+
+def icl_config(experiment, config: ReproduceConfig, seeds: list[int] | None = None):
+    """The ssa_hf.icl config of one experiment with `seeds` (default: its confirmatory then exploratory seeds);
+    the reproduce config's workers, threads and device apply unless the experiment sets its own."""
     from ..icl import config_from_dict
 
     data = dict(experiment.config)
+    data["seeds"] = list(experiment.seeds.confirmatory) + list(experiment.seeds.exploratory) if seeds is None else seeds
     data.setdefault("workers", config.workers)
     data.setdefault("threads", config.threads)
     data.setdefault("device", config.device)
@@ -41,15 +44,18 @@ def icl_config(experiment, config: ReproduceConfig):
 
 
 def plan(config: ReproduceConfig) -> list[str]:
-    """One line per run this config makes (what `--scale paper` prints)."""
+    """One line per run group and claim this config makes (what `--plan` and `--scale paper` print)."""
     lines = []
     for name, experiment in config.icl.items():
         icl = icl_config(experiment, config)
         m, t = icl.model, icl.train
-        seeds = f"{len(icl.seeds)} seed{'s' if len(icl.seeds) != 1 else ''}"
-        lines.append(f"icl {name}: tasks {icl.tasks}, scoring {icl.attention_scoring} x {seeds} "
-                     f"({len(icl.tasks) * len(icl.attention_scoring) * len(icl.seeds)} runs): {m.layers} layers, {m.heads} heads, "
-                     f"width {m.width}, {t.steps} steps, batch {t.batch_size}; primary: {icl.stats.primary.describe()}")
+        seeds = experiment.seeds
+        lines.append(f"icl {name}: tasks {icl.tasks}, scoring {icl.attention_scoring} x {len(seeds.confirmatory)} "
+                     f"confirmatory + {len(seeds.exploratory)} exploratory seeds "
+                     f"({len(icl.tasks) * len(icl.attention_scoring) * len(icl.seeds)} runs): {m.backbone} backbone, "
+                     f"{m.layers} layers, {m.heads} heads, width {m.width}, {t.steps} steps, batch {t.batch_size}")
+        for claim_name, claim in experiment.claims.items():
+            lines.append(f"icl {name} claim {claim_name}: primary {_describe_endpoint(claim.primary)}")
     for kind in ("masked", "causal"):
         experiment = getattr(config, kind)
         if experiment is None:
@@ -58,12 +64,23 @@ def plan(config: ReproduceConfig) -> list[str]:
             train = spec["train"]
             overrides = train.get("model", {}).get("overrides", {})
             shape = f" {overrides}" if overrides else ""
-            lines.append(f"{kind} {spec['arm']} seed {spec['seed']}: preset {train['model']['preset']}{shape}, "
-                         f"{train['max_steps']} steps, evaluations {sorted(k for k, v in experiment.evaluation.items() if v)}")
-        for claim, endpoint in experiment.primary.items():
-            lines.append(f"{kind} claim {claim}: primary {endpoint.metric}, {experiment.treatment} minus "
-                         f"{experiment.control} expected {endpoint.direction} ({endpoint.interval} interval)")
+            lines.append(f"{kind} {spec['arm']} seed {spec['seed']} "
+                         f"({'confirmatory' if spec['seed'] in experiment.seeds.confirmatory else 'exploratory'}): "
+                         f"preset {train['model']['preset']}{shape}, {train['max_steps']} steps, "
+                         f"evaluations {sorted(k for k, v in experiment.evaluation.items() if v)}")
+        for claim_name, claim in experiment.claims.items():
+            lines.append(f"{kind} claim {claim_name}: primary {_describe_endpoint(claim.primary)}, "
+                         f"{experiment.treatment} minus {experiment.control}")
     return lines
+
+
+def _describe_endpoint(endpoint) -> str:
+    from .claims import _icl_label
+
+    label = _icl_label(endpoint) if endpoint.sweep or endpoint.metric in ("sequence_error", "mse", "log_mse_ratio") \
+        else endpoint.label or endpoint.metric
+    return (f"{label} ({endpoint.treatment} minus {endpoint.control} expected "
+            f"{endpoint.direction}; {endpoint.test} test, {endpoint.interval} interval)")
 
 
 def environment() -> dict:
@@ -92,94 +109,100 @@ class Progress:
 
     def __init__(self, config: ReproduceConfig, out: OutputDir, meta: dict, results_file=None):
         self.config, self.out, self.meta, self.results_file = config, out, meta, results_file
-        self.started = time.perf_counter()
-        self.icl: dict[str, dict] = {}
+        self.started = self.group_started = time.perf_counter()
+        self.icl: dict[str, list[dict]] = {}
         self.lm: list[dict] = []
         self.runs = self.reused = 0
-        self.pending: list[str] = []
 
     def minutes(self) -> float:
         return (time.perf_counter() - self.started) / 60
 
     def lm_result(self, index: int, total: int, result: dict) -> None:
-        logger.info("[%d/%d, %.1f min] %s", index, total, self.minutes(), describe_lm_result(result))
+        elapsed = (time.perf_counter() - self.group_started) / 60
+        left = elapsed / index * (total - index) if index else 0.0
+        logger.info("[%d/%d, %.1f min, about %.0f min left in this group] %s", index, total, self.minutes(), left,
+                    describe_lm_result(result))
+        self.lm = [r for r in self.lm if (r["kind"], r["arm"], r["seed"]) != (result["kind"], result["arm"], result["seed"])]
         self.lm.append(result)
         self.runs += 1
         self.reused += bool(result.get("reused"))
         self.write()
 
     def claims(self) -> list[dict]:
-        claims = [self.icl[name] for name in self.config.icl if name in self.icl]
+        claims = [c for name in self.config.icl for c in self.icl.get(name, [])]
         for kind in ("masked", "causal"):
             experiment = getattr(self.config, kind)
             if experiment is not None:
                 claims += lm_claims(kind, experiment, [r for r in self.lm if r["kind"] == kind], self.config)
+        apply_multiplicity(claims, self.config)
         return claims
 
     def write(self) -> dict:
         claims = self.claims()
         done = {c["id"] for c in claims}
-        pending = [name for name in self.expected_claims() if name not in done]
+        pending = [name for name in expected_claims(self.config) if name not in done]
         summary = {**self.meta, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                    "minutes": self.minutes(), "runs": self.runs, "reused": self.reused, "level": self.config.level,
-                   "alpha": self.config.alpha, "claims": claims, "pending": pending,
-                   "notes": notes(self.config)}
+                   "alpha": self.config.alpha, "multiplicity": self.config.multiplicity, "claims": claims,
+                   "pending": pending, "notes": notes(self.config)}
         markdown = results_markdown(summary)
         self.out.write_json("results.json", summary)
         self.out.write_markdown("RESULTS.md", markdown)
+        figures = {"commit": self.meta.get("commit"), "date": summary["date"], "claims": results_summary(claims),
+                   "pending": pending}
+        self.out.write_json(SUMMARY_FILE, figures)
         if self.results_file is not None:
-            OutputDir(Path(self.results_file).parent).write_markdown(Path(self.results_file).name, markdown)
+            folder = OutputDir(Path(self.results_file).parent)
+            folder.write_markdown(Path(self.results_file).name, markdown)
+            atomic_write_json(folder.file(SUMMARY_FILE), figures)
         return summary
 
-    def expected_claims(self) -> list[str]:
-        names = [f"icl_{name}" for name in self.config.icl]
-        for kind in ("masked", "causal"):
-            experiment = getattr(self.config, kind)
-            if experiment is not None:
-                names += [f"{kind}_{claim}" for claim in experiment.primary]
-        return names
 
-
-def _finished_icl(folder: Path, icl) -> SimpleNamespace | None:
-    """The results.json of an ICL experiment run earlier with this configuration, else None."""
-    path = folder / "results.json"
-    if not path.is_file():
-        return None
-    data = json.loads(path.read_text())
-    ignore = ("workers", "threads", "device")
-    same = {k: v for k, v in data["config"].items() if k not in ignore} == {k: v for k, v in icl.to_dict().items() if k not in ignore}
-    return SimpleNamespace(config=data["config"], runs=data["runs"], paired=data["paired"]) if same else None
-
-
-def _run_icl(progress: Progress, report_only: bool) -> None:
+def _run_icl(progress: Progress, report_only: bool, confirmatory_only: bool) -> None:
+    """Every ICL experiment: its confirmatory runs first (all experiments), then the exploratory ones."""
     from ..icl import run_icl
+    from ..icl.pipeline import finished_runs
 
     config, out = progress.config, progress.out
-    for i, (name, experiment) in enumerate(config.icl.items()):
-        icl = icl_config(experiment, config)
-        count = len(icl.tasks) * len(icl.attention_scoring) * len(icl.seeds)
-        folder = out.path / "icl" / name
-        if report_only:
-            results = _finished_icl(folder, icl)
-        else:
-            logger.info("[ICL %d/%d, %.1f min] %s: %d runs (%s x %d seeds)", i + 1, len(config.icl), progress.minutes(),
-                        name, count, ",".join(icl.attention_scoring), len(icl.seeds))
-            progress.reused += len(list(folder.glob("runs/*/result.json")))  # run_icl reuses them if unchanged
-            results = run_icl(icl, folder, progress=False, plots=False)
-        if results is None:
-            continue
-        progress.runs += count
-        progress.icl[name] = icl_claim(name, experiment, results, config)
-        progress.write()
+    passes = [("confirmatory", lambda e: list(e.seeds.confirmatory))]
+    if not confirmatory_only:
+        passes.append(("exploratory", lambda e: list(e.seeds.exploratory)))
+    for kind, seeds_of in ([] if report_only else passes):
+        for i, (name, experiment) in enumerate(config.icl.items()):
+            seeds = seeds_of(experiment)
+            if not seeds:
+                continue
+            icl = icl_config(experiment, config, seeds)
+            count = len(icl.tasks) * len(icl.attention_scoring) * len(icl.seeds)
+            logger.info("[ICL %s %d/%d, %.1f min] %s: %d runs (%s x %d seeds)", kind, i + 1, len(config.icl),
+                        progress.minutes(), name, count, ",".join(icl.attention_scoring), len(icl.seeds))
+            progress.reused += len(finished_runs(icl, out.path / "icl" / name))  # run_icl reuses them
+            run_icl(icl, out.path / "icl" / name, progress=False, plots=False)
+            progress.runs += count
+            _tabulate_icl(progress, name, experiment)
+    for name, experiment in config.icl.items():
+        _tabulate_icl(progress, name, experiment)
 
 
-def interleaved_specs(config: ReproduceConfig, root: Path) -> list[dict]:
-    """The language-model runs, seed by seed (both arms of a seed, each kind), so that whatever has finished
-    when a call stops holds complete pairs."""
+def _tabulate_icl(progress: Progress, name: str, experiment) -> None:
+    """The claims of one ICL experiment from every finished run in its folder (confirmatory and exploratory)."""
+    from ..icl.pipeline import finished_runs
+
+    icl = icl_config(experiment, progress.config)
+    runs = finished_runs(icl, progress.out.path / "icl" / name)
+    progress.icl[name] = icl_claims(name, experiment, runs, icl_baseline_evaluations(icl), icl_settings(icl),
+                                    progress.config) if runs else []
+    progress.write()
+
+
+def _specs(config: ReproduceConfig, root: Path, kind_of_seeds: str) -> list[dict]:
+    """The language-model runs of one kind of seeds, seed by seed (both arms of a seed, each kind), so that
+    whatever has finished when a call stops holds complete pairs."""
     specs = []
     for kind in ("masked", "causal"):
-        if getattr(config, kind) is not None:
-            specs += lm_specs(kind, getattr(config, kind), config, root)
+        experiment = getattr(config, kind)
+        if experiment is not None:
+            specs += lm_specs(kind, experiment, config, root, list(getattr(experiment.seeds, kind_of_seeds)))
     order = {kind: i for i, kind in enumerate(("masked", "causal"))}
     return sorted(specs, key=lambda s: (s["seed_index"], order[s["kind"]], s["arm_index"]))
 
@@ -197,26 +220,35 @@ def _finished_lm(specs: list[dict]) -> list[dict]:
 
 def run_reproduce(config: ReproduceConfig, output_dir: str | os.PathLike, *, command: str = "ssa-hf reproduce",
                   config_path: str = "", results_file: str | os.PathLike | None = None,
-                  report_only: bool = False) -> dict:
-    """Run every experiment of `config` into `output_dir`; writes RESULTS.md (and results.json) there after each
-    finished step, and a copy of RESULTS.md to `results_file` if given. `report_only`: run nothing, tabulate the
-    runs that finished earlier. Returns the summary (claims, rows, verdicts, environment)."""
+                  report_only: bool = False, confirmatory_only: bool = False, commit: str | None = None,
+                  note: str | None = None) -> dict:
+    """Run every experiment of `config` into `output_dir`: the confirmatory runs of every experiment first, then
+    (unless `confirmatory_only`) the exploratory ones; writes RESULTS.md, results.json and results_summary.json
+    there after each finished step, and RESULTS.md (with results_summary.json beside it) to `results_file` if
+    given. `report_only`: run nothing, tabulate the runs that finished earlier; `note`: a sentence for the header
+    (how and where the runs were made). Returns the summary."""
     config.validate()
     data_dir = str(Path(config.data_dir).expanduser().resolve()) if config.data_dir else None
     with data_dir_env(data_dir):  # the presets' data paths read $SSA_HF_DATA_DIR; restored afterwards
         out = OutputDir(output_dir)
         meta = {"scale": config.scale, "description": config.description, "command": command, "config_path": config_path,
-                "environment": environment(), "report_only": report_only}
+                "environment": environment(), "report_only": report_only, "commit": commit or source_commit(),
+                "note": note}
         progress = Progress(config, out, meta, results_file)
-        _run_icl(progress, report_only)
-        specs = interleaved_specs(config, out.path)
-        if report_only:
-            for result in _finished_lm(specs):
-                progress.lm.append(result)
-                progress.runs += 1
-        elif specs:
-            logger.info("language models: %d runs (train, then evaluate), %d in parallel", len(specs), config.workers)
-            run_lm_jobs(specs, config.workers, progress.lm_result)
+        _run_icl(progress, report_only, confirmatory_only)
+        every = _specs(config, out.path, "confirmatory") + _specs(config, out.path, "exploratory")
+        for result in _finished_lm(every):
+            progress.lm.append(result)
+        if not report_only:
+            groups = [("confirmatory", _specs(config, out.path, "confirmatory"))]
+            if not confirmatory_only:
+                groups.append(("exploratory", _specs(config, out.path, "exploratory")))
+            for kind, specs in groups:
+                if specs:
+                    logger.info("language models, %s seeds: %d runs (train, then evaluate), %d in parallel", kind,
+                                len(specs), config.workers)
+                    progress.group_started = time.perf_counter()
+                    run_lm_jobs(specs, config.workers, progress.lm_result)
         meta["environment"]["load_average_end"] = environment()["load_average"]
         summary = progress.write()
         logger.info("wrote %s (%d claims%s) in %.1f min", out.file("RESULTS.md"), len(summary["claims"]),
@@ -224,14 +256,34 @@ def run_reproduce(config: ReproduceConfig, output_dir: str | os.PathLike, *, com
     return summary
 
 
+def source_commit() -> str | None:
+    """The git commit of the source tree that runs (None outside a checkout), with '+changes' if it is dirty."""
+    import subprocess
+
+    from .config import repository_root
+
+    root = repository_root()
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+changes" if dirty else "") if commit else None
+
+
 def notes(config: ReproduceConfig) -> list[str]:
     """What differs from the paper at this scale, stated in RESULTS.md."""
     out = []
     if config.causal is not None:
         lm_eval = config.causal.evaluation.get("lm_eval") or {}
-        out.append("lm-eval: the paper also reports winogrande and copa; ../shared/data holds no copy, so offline "
-                   "they do not run (`ssa-hf eval --tasks paper` runs them where the Hub is reachable)."
-                   if "winogrande" not in (lm_eval.get("tasks") or []) else "")
+        missing = [t for t in ("winogrande", "copa", "cb", "record") if t not in (lm_eval.get("tasks") or [])]
+        if missing:
+            out.append("lm-eval: the paper's table has eight tasks (arc_easy, arc_challenge, boolq, hellaswag, winogrande, "
+                       "copa, cb acc / f1, ReCoRD f1 / em); ../shared/data holds no copy of "
+                       f"{', '.join(missing)}, so offline they are not run here (`ssa-hf eval --tasks paper` runs all eight "
+                       "where the Hub is reachable).")
         out.append("Perplexity 'in distribution' is the held-out documents of the decoder's training corpus "
                    "(web text, the offline stand-in for FineWeb-Edu); 'out of distribution' is the configured "
                    "corpus (WikiText, Wikipedia text, for the paper's Wikipedia windows).")

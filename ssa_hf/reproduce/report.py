@@ -1,4 +1,5 @@
-"""RESULTS.md: the claims table (primary endpoints), then per claim every row beside the paper's figures."""
+"""RESULTS.md: the claims table (primary endpoints on the confirmatory seeds), then per claim its setting, seeds,
+power, every row beside the paper's figures and the trivial baselines."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import math
 from typing import Any
 
 from ..reporting import markdown_table
-from .verdict import describe_rule
+from .verdict import TEST_NAMES, describe_rule
 
 
 def _num(value: Any, digits: int = 3) -> str:
@@ -43,15 +44,28 @@ def _paper_cell(row: dict) -> str:
 
 
 def _p(row: dict) -> str:
-    comparison = row["comparison"]
-    if row.get("p") is not None:
-        return f"{row['p']:.3g} ({row['test']})"
-    w = comparison.get("wilcoxon_p")
-    return "–" if w is None else f"{w:.3g} (wilcoxon, descriptive)"
+    return "–" if row.get("p") is None else f"{row['p']:.3g} ({TEST_NAMES[row['test']]})"
 
 
-ROW_HEADERS = ["endpoint", "paper: softmax → SSA", "ours: control (softmax)", "ours: SSA", "SSA − control [interval]",
-               "seeds (SSA lower / higher)", "p", "verdict"]
+def _seeds(seeds: list[int]) -> str:
+    if not seeds:
+        return "none"
+    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
+def _baselines(row: dict) -> str:
+    return "; ".join(f"{name} {_num(value)}" for name, value in (row.get("baselines") or {}).items() if value is not None) or "–"
+
+
+def _outcome(row: dict) -> str:
+    return f"**{row['verdict']}**" if row["decides"] else row["reading"]
+
+
+ROW_HEADERS = ["endpoint (treatment minus control)", "seeds", "paper: softmax → SSA", "ours: control", "ours: treatment",
+               "trivial baselines", "treatment − control [95% t interval]", "SD of differences",
+               "seeds treatment lower / higher", "p", "verdict or reading"]
 
 
 def _row_cells(row: dict) -> list[str]:
@@ -59,46 +73,121 @@ def _row_cells(row: dict) -> list[str]:
     label = ("**primary:** " if row["primary"] else "") + row["label"]
     if row["scale"] == "nll":
         label += " (mean NLL; perplexity = exp)"
-    counts = f"{c.get('seeds')} ({c.get('lower', '–')} / {c.get('higher', '–')})"
-    return [label, _paper_cell(row), _arm(c.get("control_ci"), c.get("mean_b")), _arm(c.get("treatment_ci"), c.get("mean_a")),
-            _interval(c), counts, _p(row), f"**{row['verdict']}**" if row["primary"] else row["verdict"]]
+    seeds = f"{row['seeds_kind']} {_seeds(row['seed_list'])}"
+    return [label, seeds, _paper_cell(row), _arm(c.get("control_ci"), c.get("mean_b")),
+            _arm(c.get("treatment_ci"), c.get("mean_a")), _baselines(row), _interval(c), _num(c.get("sd")),
+            f"{c.get('lower', '–')} / {c.get('higher', '–')}", _p(row), _outcome(row)]
 
 
 def claims_table(claims: list[dict]) -> str:
     rows = []
     for claim in claims:
-        primary = next(r for r in claim["rows"] if r["primary"])
-        rows.append([claim["title"], claim["claim"], primary["label"], _paper_cell(primary), _interval(primary["comparison"]),
-                     _p(primary), f"**{primary['verdict']}**"])
-    return markdown_table(["experiment", "the paper's claim", "primary endpoint (declared before the run)", "paper",
-                           "ours: SSA − softmax [interval]", "p", "verdict"], rows)
+        primary = claim["rows"][0]
+        c = primary["comparison"]
+        rows.append([claim["title"], claim["claim"], claim.get("description", ""), primary["label"],
+                     _seeds(claim["seeds"]["confirmatory"]) + _partial(claim["seeds"]), _interval(c), _num(c.get("sd")),
+                     f"{c.get('lower', '–')} / {c.get('higher', '–')}", _p(primary), _num(primary.get("holm_p")),
+                     f"**{primary['verdict']}**"])
+    return markdown_table(["experiment", "the paper's claim", "backbone and SSA setting", "primary endpoint",
+                           "confirmatory seeds", "SSA − control [95% t interval]", "SD of differences",
+                           "seeds SSA lower / higher", "p (declared test)", "Holm p (all primaries)", "verdict"], rows)
 
 
-def _baselines_table(baselines: dict[str, Any]) -> str:
+def _lm_eval_baselines(baselines: dict[str, Any]) -> str:
     rows = [[task, _num(b["chance"], 4), _num(b["majority"], 4), b.get("majority_answer", ""), b.get("n")]
             for task, b in baselines.items() if b]
     return markdown_table(["task", "chance", "majority", "majority answer", "documents"], rows) if rows else ""
 
 
+def _paradigms(paradigms: list[dict]) -> str:
+    rows = [[p["paradigm"], _num(p["control"]), _num(p["treatment"]), _num(p["treatment"] - p["control"]),
+             "yes" if p["measurable"] else "**no: control at chance**"] for p in paradigms]
+    return markdown_table(["paradigm", "control (%)", "SSA (%)", "SSA − control", "measurable (control > 50% + 1 SE)"], rows)
+
+
+def _partial(seeds: dict) -> str:
+    """A note when fewer confirmatory seeds finished than were declared (the call was stopped by time)."""
+    declared = seeds.get("declared") or []
+    if len(seeds["confirmatory"]) >= len(declared):
+        return ""
+    return (f" (**partial: {len(seeds['confirmatory'])} of the {len(declared)} declared confirmatory seeds finished in "
+            "this session**; the rest are not run)")
+
+
+def _power_line(power: dict | None) -> str:
+    if not power:
+        return "Power: no earlier SD to size the seeds from (a new setting)."
+    return (f"Power: from {power['source']}, SD of the paired differences {_num(power['sd'])} and effect "
+            f"{_num(power['effect'])}: {power['seeds_for_80']} seeds give 80% power (paired t, alpha as below); the "
+            f"{power['seeds']} confirmatory seeds give {100 * power['power']:.0f}%.")
+
+
 def claim_section(claim: dict) -> list[str]:
-    lines = [f"## {claim['title']}", "", f"Claim: {claim['claim']}. Seeds: {claim['seeds']}.", ""]
-    if claim.get("settings"):
-        lines += ["Settings: " + "; ".join(f"{k} {v}" for k, v in claim["settings"].items()) + ".", ""]
-    lines += [markdown_table(ROW_HEADERS, [_row_cells(r) for r in claim["rows"]]), ""]
+    seeds = claim["seeds"]
+    ran = claim.get("exploratory_run") or []
+    exploratory = _seeds(seeds["exploratory"])
+    if seeds["exploratory"] and not ran:
+        exploratory += " (not run in this session: their earlier figures are in the git history of docs/RESULTS.md)"
+    lines = [f"## {claim['title']}", "", f"Claim: {claim['claim']}.", ""]
+    if claim.get("description"):
+        lines += [f"Setting: {claim['description']}.", ""]
+    if claim.get("protocol"):
+        lines += [f"Protocol: {claim['protocol']}.", ""]
+    partial = _partial(seeds)
+    lines += [f"Seeds: confirmatory {_seeds(seeds['confirmatory'])} (decide the verdict){partial}; exploratory {exploratory}.",
+              "", _power_line(claim.get("power")), "",
+              f"Measurable at this scale (declared rule): {claim['measure_rule']}, by more than one standard error.", "",
+              markdown_table(ROW_HEADERS, [_row_cells(r) for r in claim["rows"]]), ""]
     if claim.get("baselines"):
         lines += ["Chance and majority (always the most frequent answer) on the documents scored:", "",
-                  _baselines_table(claim["baselines"]), ""]
+                  _lm_eval_baselines(claim["baselines"]), ""]
+    if claim.get("paradigms"):
+        floor = sum(not p["measurable"] for p in claim["paradigms"])
+        lines += [f"Every paradigm, descriptive (confirmatory seeds, no tests): {floor} of {len(claim['paradigms'])} "
+                  "have the control arm at chance, where no difference of the paper's kind can show.", "",
+                  _paradigms(claim["paradigms"]), ""]
     return lines
+
+
+def _worse(claims: list[dict]) -> list[str]:
+    """Every deciding row where SSA is significantly worse, and exploratory rows where the nominal test says so."""
+    out = []
+    for claim in claims:
+        for row in claim["rows"]:
+            c = row["comparison"]
+            if c.get("low") is None or row.get("p") is None or row["p"] >= 0.05:
+                continue
+            worse = (c["low"] > 0) if row["direction"] == "lower" else (c["high"] < 0)
+            if worse:
+                out.append(f"- {claim['title']}: {row['label']} ({row['seeds_kind']} seeds): {_interval(c)}, "
+                           f"p = {row['p']:.3g}" + ("" if row["decides"] else " (exploratory)"))
+    return out
+
+
+def summary_line(claim_id: str, figures: dict) -> str:
+    """One claim's confirmatory result in one line, from its results_summary.json entry: the exact text the docs
+    quote (tests/reproduce/test_docs_figures.py checks that README and docs/*.md agree with it)."""
+    def g(value):
+        return "–" if value is None else f"{value:+.3g}"
+
+    p = "–" if figures["p"] is None else f"{figures['p']:.2g}"
+    return (f"`{claim_id}`: SSA − control {g(figures['mean_difference'])} [{g(figures['low'])}, {g(figures['high'])}], "
+            f"{TEST_NAMES.get(figures['test'], figures['test'])} p = {p}, SSA lower / higher in {figures['lower']} / "
+            f"{figures['higher']} of {figures['seeds']} confirmatory seeds"
+            + (f" (of {figures['declared_seeds']} declared)" if figures.get("declared_seeds", 0) > figures["seeds"] else "")
+            + f": **{figures['verdict']}**")
 
 
 def results_markdown(summary: dict) -> str:
     """The whole RESULTS.md from run_reproduce's summary."""
     env = summary["environment"]
+    primaries = sum(1 for c in summary["claims"] for r in c["rows"] if r["decides"])
     lines = [
         f"# Reproduction of the SSA paper's claims — scale `{summary['scale']}`",
         "",
         f"- Command: `{summary['command']}`",
-        f"- Date: {summary['date']} (total {summary['minutes']:.1f} min wall clock this call"
+        f"- Source: commit {summary.get('commit') or 'unknown'}; written {summary['date']} (this call "
+        f"{summary['minutes']:.1f} min wall clock"
         + (f"; {summary['reused']} of {summary['runs']} runs reused from an earlier call" if summary.get("reused") else "")
         + ")",
         f"- Machine: {env.get('platform')}, {env.get('cpu_count')} CPU cores, {env.get('gpu') or 'no GPU'}; "
@@ -107,27 +196,37 @@ def results_markdown(summary: dict) -> str:
         f"- Config: `{summary['config_path']}` — {summary['description']}",
         "",
     ]
+    if summary.get("note"):
+        lines[5:5] = [f"- Note: {summary['note']}"]
     if summary.get("report_only"):
-        lines[4:4] = ["- Tabulated with `--report-only`: nothing ran in this call; the table holds the runs that finished "
+        lines[5:5] = ["- Tabulated with `--report-only`: nothing ran in this call; the table holds the runs that finished "
                       "in earlier calls (their logs and timings are in the output folder)."]
     if summary.get("pending"):
         again = ("Run it without --report-only to train them (finished runs are reused)." if summary.get("report_only")
-                 else "The same command resumes and reuses every finished run.")
-        lines += [f"**Partial:** not finished yet: {', '.join(summary['pending'])} (fewer than 2 paired seeds, or the "
-                  f"experiment is still running). {again}", ""]
+                 else "The same command runs them and reuses every finished run.")
+        lines += [f"**Not run (or not finished) in this session:** {', '.join(summary['pending'])}: no figure is given for "
+                  f"them (fewer than 2 paired confirmatory seeds finished). {again}", ""]
     lines += [
         "The paper's figures come from REFERENCE.md (ssa_hf/evaluation/compare.py PAPER_FIGURES); the ICL claims "
         "are qualitative there (plots, no table). Our models are far smaller and trained far shorter than the "
         "paper's, on offline stand-ins for its data: a verdict says what this scale shows, not what the paper's "
         "scale would.",
         "",
-        describe_rule(summary["level"], summary["alpha"]),
+        describe_rule(summary["level"], summary["alpha"], summary.get("multiplicity", "none"), primaries),
         "",
-        "## Claims (primary endpoints)",
+        "## Claims (primary endpoints, confirmatory seeds)",
         "",
         claims_table(summary["claims"]),
         "",
     ]
+    from .claims import results_summary
+
+    lines += ["## Confirmatory results, one line per claim (quoted verbatim by README.md and docs/*.md)", ""]
+    lines += [f"- {summary_line(claim_id, figures)}" for claim_id, figures in results_summary(summary["claims"]).items()]
+    lines += [f"- `{claim_id}`: not run in this session" for claim_id in summary.get("pending", [])] + [""]
+    worse = _worse(summary["claims"])
+    lines += ["## Where SSA is worse", ""] + (worse or ["- No row shows SSA significantly worse (p < 0.05 with the "
+                                                        "interval on the other side)."]) + [""]
     for claim in summary["claims"]:
         lines += claim_section(claim)
     if summary.get("notes"):

@@ -50,11 +50,14 @@ def pretrain_values(experiment: LMExperiment, arm: str, seed: int, run_dir: Path
     return values
 
 
-def lm_specs(kind: str, experiment: LMExperiment, config: ReproduceConfig, root: Path) -> list[dict]:
-    """One picklable job description per (arm, seed) of `experiment` (treatment and control only)."""
+def lm_specs(kind: str, experiment: LMExperiment, config: ReproduceConfig, root: Path,
+             seeds: list[int] | None = None) -> list[dict]:
+    """One picklable job description per (arm, seed) of `experiment` (treatment and control only; `seeds`: those
+    seeds, by default the confirmatory then the exploratory ones)."""
     specs = []
+    seeds = list(experiment.seeds.confirmatory) + list(experiment.seeds.exploratory) if seeds is None else seeds
     for arm_index, arm in enumerate((experiment.control, experiment.treatment)):
-        for seed_index, seed in enumerate(experiment.seeds):
+        for seed_index, seed in enumerate(seeds):
             run_dir = root / kind / f"{arm}-seed{seed}"
             train = pretrain_values(experiment, arm, seed, run_dir, config.threads)
             specs.append({"kind": kind, "arm": arm, "seed": seed, "run_dir": str(run_dir), "train": train,

@@ -1,4 +1,4 @@
-"""The paper's six lm-eval tasks: WinoGrande and COPA from a local copy (files written here), from the Hub when
+"""The paper's eight lm-eval tasks: WinoGrande, COPA, CB and ReCoRD from a local copy (files written here), from the Hub when
 online, and a clear message offline; `paper` as a task list; baselines of the multiple-input WinoGrande."""
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ COPA = [
      "question": "cause", "label": 1, "idx": 1},
 ]
 
+CB = [{"premise": "It was raining.", "hypothesis": "The ground was wet", "label": 0, "idx": 0},
+      {"premise": "He left early.", "hypothesis": "He stayed late", "label": 1, "idx": 1}]
+RECORD = [{"passage": "Anna met Maria in Paris.\n@highlight\nThey talked", "query": "@placeholder met Maria",
+           "entities": ["Anna", "Paris", "Maria"], "answers": ["Anna"], "idx": {"passage": 0, "query": 0}}]
+
 
 def _write(root, rel, rows):
     path = root / rel
@@ -43,6 +48,8 @@ def paper_data(data_dir, tmp_path):
     shutil.copytree(data_dir, root)
     _write(root, "winogrande/dev.jsonl", WINOGRANDE)
     _write(root, "copa/val.jsonl", COPA)
+    _write(root, "cb/val.jsonl", CB)
+    _write(root, "record/val.jsonl", RECORD)
     return root
 
 
@@ -73,6 +80,20 @@ def test_bad_local_records_are_refused_with_file_and_line(paper_data, tmp_path, 
     task = rel.split("/")[0]
     with pytest.raises(ValueError, match=rf"{rel}, line 1: .*{message}"):
         write_local_tasks(paper_data, tmp_path / "tasks", [task])
+
+
+def test_local_copies_of_cb_and_record_are_read_with_the_stock_prompts(paper_data, tmp_path):
+    loaded = task_manager(paper_data, ["cb"], tmp_path / "tasks").load(["cb"])["tasks"]
+    cb = list(loaded["cb"].eval_docs)
+    assert loaded["cb"].doc_to_choice(cb[0]) == ["True", "False", "Neither"] and [d["label"] for d in cb] == [0, 1]
+    try:
+        import transformers.data.metrics.squad_metrics  # noqa: F401
+    except ImportError:  # lm-eval's ReCoRD scorer needs it: a clear error before lm-eval loads anything
+        with pytest.raises(ValueError, match="'record'.*transformers.data.metrics.squad_metrics"):
+            task_manager(paper_data, ["record"], tmp_path / "tasks")
+        return
+    record = list(task_manager(paper_data, ["record"], tmp_path / "tasks2").load(["record"])["tasks"]["record"].eval_docs)
+    assert record[0]["entities"] == ["Anna", "Maria", "Paris"]
 
 
 def test_without_a_copy_offline_the_message_names_the_task_why_and_what_to_do(data_dir, tmp_path, monkeypatch):
@@ -113,7 +134,7 @@ def test_the_default_local_set_leaves_out_tasks_without_a_copy(data_dir, tmp_pat
 
 
 def test_paper_expands_to_the_six_tasks_in_order():
-    assert PAPER_TASKS == ["arc_easy", "arc_challenge", "boolq", "hellaswag", "winogrande", "copa"]
+    assert PAPER_TASKS == ["arc_easy", "arc_challenge", "boolq", "hellaswag", "winogrande", "copa", "cb", "record"]
     assert expand_task_names(["paper", "piqa", "boolq"]) == PAPER_TASKS + ["piqa"]
     config = EvalConfig(model="m", tasks="paper")
     config.validate()

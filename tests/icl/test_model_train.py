@@ -173,7 +173,7 @@ def test_gpt2_backbone_reads_values_without_slot_flag_and_trains(tmp_path):
     assert result.steps == 2 and all(torch.isfinite(torch.tensor(h["loss"])) for h in result.history)
     assert isinstance(trained.backbone, SSAGPT2Model)
     assert json.loads((tmp_path / "gpt2" / CHECKPOINT / "run_spec.json").read_text())["model"]["backbone"] == "gpt2"
-    with pytest.raises(ValueError, match="attention-only variant exists for backbone 'llama' only"):
+    with pytest.raises(ValueError, match="MLP-free variant exists for backbone 'llama' only"):
         ICLModel_of("ssa", backbone="gpt2", attention_only=True)
     with pytest.raises(ValueError, match="unknown backbone 'bert'"):
         ICLModel_of("ssa", backbone="bert")

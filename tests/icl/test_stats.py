@@ -136,8 +136,7 @@ def test_comparisons_are_paired_by_seed_whatever_the_order():
     assert (entry["a"], entry["b"], entry["seeds"]) == ("ssa", "softmax", list(range(10)))
     long = next(c for c in entry["cells"] if c["sweep"] == "length_sweep" and c["test_set"] == "balanced" and c["value"] == 200)
     assert long["higher"] == 10 and long["wilcoxon_p"] == pytest.approx(2 / 1024)
-    # Holm over the 10 cells of this task: 2/1024 * 10 (the three cells with that p) stays below 0.05
-    assert long["holm_p"] == pytest.approx(10 * 2 / 1024)
+    assert "holm_p" not in long  # cells are descriptive: no family correction, no verdict
     tied = next(c for c in entry["cells"] if c["test_set"] == "standard")
     assert tied["ties"] == 10 and tied["wilcoxon_p"] == 1.0
 

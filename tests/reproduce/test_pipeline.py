@@ -9,12 +9,11 @@ import os
 import pytest
 import yaml
 
-from ssa_hf.reproduce import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, config_from_dict, run_reproduce
+from ssa_hf.reproduce import VERDICTS, config_from_dict, run_reproduce
 
 from ..data.fixtures import documents, sentences, write_jsonl, write_text
 from ..evaluation.fixtures import write_data, write_zorro
 
-VERDICTS = {REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE}
 ARMS = {"softmax": {"model": {"attention_scoring": "softmax"}}, "ssa": {"model": {"attention_scoring": "ssa"}}}
 COMMON = {"max_steps": 3, "learning_rate": 1e-2, "min_learning_rate": 1e-3, "warmup_steps": 1, "logging_steps": 1,
           "eval_steps": 0, "save_steps": 0, "per_device_eval_batch_size": 16, "report_to": ["none"], "cpu": True}
@@ -40,25 +39,32 @@ def tiny_config(root) -> dict:
     write_zorro(data / "zorro")
     write_text(data / "ood.txt", [" ".join(sentences(12, seed=k)) for k in range(20)])
     masked, causal = _pretrain_files(root)
-    icl = {"preset": "quick", "tasks": ["every"], "attention_scoring": ["softmax", "ssa"], "seeds": [0, 1],
+    icl = {"preset": "quick", "tasks": ["every"], "attention_scoring": ["softmax", "ssa"],
            "model": {"layers": 1, "heads": 2, "width": 16, "max_points": 32},
            "train": {"steps": 2, "batch_size": 8, "warmup_steps": 0, "checkpoint_every": 1, "log_every": 1,
                      "curriculum": {"start": 5, "end": 7, "increment": 2, "interval": 1}},
            "eval": {"sigmas": [1, 8], "lengths": [6, 12], "batches": 1, "batch_size": 8, "probe": False},
            "stats": {"primary": {"task": "every", "min_value": 8}, "bootstrap_resamples": 200}}
+    magnitude = {"metric": "sequence_error", "sweep": "sigma_sweep", "min_value": 8, "direction": "lower", "test": "wilcoxon"}
     return {
         "scale": "tiny", "description": "a test", "data_dir": str(data), "workers": 1, "threads": 1, "device": "cpu",
-        "icl": {"every": {"config": icl, "direction": "lower",
-                          "secondary": [{"metric": "sequence_error", "sweep": "length_sweep", "min_value": 12}]}},
-        "masked": {"pretrain": str(masked), "arms": ARMS, "seeds": [0, 1],
+        "icl": {"every": {"config": icl, "seeds": {"confirmatory": [0, 1], "exploratory": [2, 3]},
+                          "claims": {"magnitude": {"claim": "c", "primary": magnitude, "power": {"sd": 0.2, "effect": 0.1},
+                                                   "secondary": [{"metric": "sequence_error", "sweep": "sigma_sweep",
+                                                                  "test_set": "standard", "min_value": 8}]},
+                                     "length": {"claim": "c", "primary": {**magnitude, "sweep": "length_sweep", "min_value": 12}}}}},
+        "masked": {"pretrain": str(masked), "arms": ARMS, "seeds": {"confirmatory": [0, 1]},
                    "evaluation": {"zorro": {"zorro_dir": str(data / "zorro"), "methods": ["holistic"], "batch_size": 8}},
-                   "primary": {"zorro": {"metric": "zorro_mean", "direction": "higher"}}},
-        "causal": {"pretrain": str(causal), "arms": ARMS, "seeds": [0, 1],
+                   "claims": {"zorro": {"primary": {"metric": "zorro_mean", "direction": "higher"},
+                                        "secondary": [{"metric": "zorro:binding-principle_a", "direction": "higher"}]}}},
+        "causal": {"pretrain": str(causal), "arms": ARMS, "seeds": {"confirmatory": [0, 1]},
                    "evaluation": {"perplexity": {"windows": 4, "window_length": 16, "out_of_distribution": str(data / "ood.txt")},
                                   "lm_eval": {"tasks": ["arc_easy", "boolq"], "limit": 3, "batch_size": 4}},
-                   "primary": {"perplexity": {"metric": "nll_in", "direction": "lower"},
-                               "lm_eval": {"metric": "lm_eval_mean", "direction": "higher"}},
-                   "secondary": {"perplexity": [{"metric": "nll_out", "direction": "lower"}]}},
+                   "claims": {"perplexity": {"primary": {"metric": "nll_in", "direction": "lower"},
+                                             "secondary": [{"metric": "nll_out", "direction": "lower"}]},
+                              "lm_eval": {"primary": {"metric": "lm_eval_mean", "direction": "higher"},
+                                          "secondary": [{"metric": "lm_eval:arc_easy", "direction": "higher"},
+                                                        {"metric": "lm_eval:boolq", "direction": "higher"}]}}},
     }
 
 
@@ -73,36 +79,51 @@ def finished(tmp_path_factory):
     return root, values, summary
 
 
+CLAIMS = {"icl_every_magnitude", "icl_every_length", "masked_zorro", "causal_perplexity", "causal_lm_eval"}
+
+
 def test_every_claim_has_its_rows_and_a_verdict(finished):
     root, _, summary = finished
     claims = {c["id"]: c for c in summary["claims"]}
-    assert set(claims) == {"icl_every", "masked_zorro", "causal_perplexity", "causal_lm_eval"} and not summary["pending"]
+    assert set(claims) == CLAIMS and not summary["pending"]
     for claim in claims.values():
-        primary = [r for r in claim["rows"] if r["primary"]]
-        assert len(primary) == 1
-        assert all(r["verdict"] in VERDICTS for r in claim["rows"])
-    assert [r["primary"] for r in claims["icl_every"]["rows"]] == [True, False]  # the declared secondary endpoint
-    assert claims["icl_every"]["rows"][0]["test"] == "wilcoxon"
-    zorro = [r["label"] for r in claims["masked_zorro"]["rows"]]
-    assert len(zorro) == 1 + 23 and "binding-principle_a" in zorro
+        deciding = [r for r in claim["rows"] if r["decides"]]
+        assert len(deciding) == 1 and deciding[0] is claim["rows"][0] and deciding[0]["verdict"] in VERDICTS
+        # every other row is exploratory: a nominal p, never a verdict word
+        for row in claim["rows"][1:]:
+            assert row["verdict"] is None and row["reading"].startswith("exploratory")
+        assert claim["rows"][0]["holm_p"] is not None
+    magnitude = claims["icl_every_magnitude"]
+    # the confirmatory seeds decide; the exploratory seeds get their own row, never pooled
+    assert [(r["primary"], r["seeds_kind"], r["seed_list"]) for r in magnitude["rows"]] == [
+        (True, "confirmatory", [0, 1]), (True, "exploratory", [2, 3]), (False, "confirmatory", [0, 1])]
+    assert magnitude["rows"][0]["test"] == "wilcoxon" and "majority" in magnitude["rows"][0]["baselines"]
+    assert magnitude["power"]["seeds"] == 2 and magnitude["power"]["seeds_for_80"] > 2
+    assert "positions: rotary" in claims["icl_every_length"]["protocol"]
+    assert [r["label"] for r in claims["masked_zorro"]["rows"]][1:] == ["binding-principle_a"]
+    assert len(claims["masked_zorro"]["paradigms"]) == 23
     perplexity = claims["causal_perplexity"]["rows"]
     assert perplexity[0]["paper"]["softmax"] == 21.86 and perplexity[1]["paper"]["ssa"] == 22.07
     assert {r["label"] for r in claims["causal_lm_eval"]["rows"][1:]} == {"arc_easy", "boolq"}
     assert claims["causal_lm_eval"]["baselines"]["boolq"]["majority"] is not None
+    assert "best trivial" in claims["causal_lm_eval"]["rows"][0]["baselines"]
     text = (root / "out" / "RESULTS.md").read_text()
     assert text == (root / "docs" / "RESULTS.md").read_text()
-    for fragment in ("## Claims (primary endpoints)", "- Command: `test`", "Machine:", "**primary:**",
-                     "21.86 → 19.73", "0.2934 → 0.5387", "78.25 → 87.9", "Chance and majority", "winogrande"):
+    figures = json.loads((root / "docs" / "results_summary.json").read_text())
+    assert set(figures["claims"]) == CLAIMS
+    for fragment in ("## Claims (primary endpoints, confirmatory seeds)", "- Command: `test`", "Machine:", "**primary:**",
+                     "21.86 → 19.73", "0.2934 → 0.5387", "78.25 → 87.9", "Chance and majority", "winogrande",
+                     "cb acc / f1", "exploratory, nominal p", "## Where SSA is worse", "Holm p", "Power:"):
         assert fragment in text, fragment
-    assert "Partial" not in text
+    assert "Not run" not in text
 
 
 def test_a_second_call_reuses_every_run(finished):
     root, values, first = finished
     summary = run_reproduce(config_from_dict(values), root / "out", command="test")
-    assert summary["reused"] == summary["runs"] == first["runs"] == 4 + 8
+    assert summary["reused"] == summary["runs"] == first["runs"] == 8 + 8
     assert summary["minutes"] < first["minutes"]
-    verdicts = lambda s: [[r["verdict"] for r in c["rows"]] for c in s["claims"]]  # noqa: E731
+    verdicts = lambda s: [[(r["verdict"], r["reading"]) for r in c["rows"]] for c in s["claims"]]  # noqa: E731
     assert verdicts(summary) == verdicts(first)
 
 
@@ -117,11 +138,22 @@ def test_report_only_and_a_partial_table(finished):
     finally:
         result.with_suffix(".away").rename(result)
     assert summary["pending"] == ["causal_perplexity", "causal_lm_eval"]
-    assert {c["id"] for c in summary["claims"]} == {"icl_every", "masked_zorro"}
+    assert {c["id"] for c in summary["claims"]} == CLAIMS - {"causal_perplexity", "causal_lm_eval"}
     text = (out / "RESULTS.md").read_text()
-    assert "**Partial:** not finished yet: causal_perplexity, causal_lm_eval" in text
-    # nothing ran: the way on is a run without --report-only, not "the same command resumes"
-    assert "without --report-only" in text and "The same command resumes" not in text
+    assert "**Not run (or not finished) in this session:** causal_perplexity, causal_lm_eval" in text
+    # nothing ran: the way on is a run without --report-only, not "the same command runs them"
+    assert "without --report-only" in text and "The same command runs them" not in text
+
+
+def test_confirmatory_only_runs_no_exploratory_seed(tmp_path):
+    values = tiny_config(tmp_path)
+    values.pop("masked"), values.pop("causal")
+    summary = run_reproduce(config_from_dict(values), tmp_path / "out", command="test", confirmatory_only=True)
+    runs = sorted(p.name for p in (tmp_path / "out" / "icl" / "every" / "runs").iterdir())
+    assert runs == ["every-softmax-seed0", "every-softmax-seed1", "every-ssa-seed0", "every-ssa-seed1"]
+    magnitude = next(c for c in summary["claims"] if c["id"] == "icl_every_magnitude")
+    assert all(r["seeds_kind"] == "confirmatory" for r in magnitude["rows"]) and not magnitude["exploratory_run"]
+    assert "not run in this session" in (tmp_path / "out" / "RESULTS.md").read_text()
 
 
 def test_a_folder_trained_with_other_settings_is_refused(finished):
