@@ -260,9 +260,7 @@ def source_commit() -> str | None:
     """The git commit of the source tree that runs (None outside a checkout), with '+changes' if it is dirty."""
     import subprocess
 
-    from .config import repository_root
-
-    root = repository_root()
+    root = Path(__file__).resolve().parents[2]  # the checkout holding ssa_hf/ (an installed package has no .git)
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, timeout=10, check=True).stdout.strip()
