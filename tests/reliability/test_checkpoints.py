@@ -5,11 +5,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,9 +16,9 @@ from ssa_hf.train import list_checkpoints, pretrain
 from ssa_hf.train.checkpoint import MANIFEST_FILE, verify_checkpoint, write_manifest
 from ssa_hf.train.state import CheckpointError
 
+from ..train.launch import kill_9_after_checkpoints
 from .conftest import planted_pickle_bytes, tiny_config
 
-REPO = Path(__file__).resolve().parents[2]
 # what accelerate's save_state used to write (and load_state unpickled), and torch's usual pickle names
 PICKLE_NAMES = ["custom_checkpoint_0.pkl", "random_states_0.pkl", "optimizer.bin", "scheduler.bin",
                 "pytorch_model.bin", "scaler.pt", "training_args.bin", "rng_state.pth"]
@@ -163,18 +158,7 @@ def test_atomic_folder_is_all_or_nothing(tmp_path):
 def test_kill_9_during_training_resumes_bit_identically(corpora, reference_runs, tmp_path):
     """A run killed (SIGKILL) while it trains and saves; the resumed run ends with the uninterrupted run's weights."""
     reference = reference_runs("causal")
-    config = tiny_config("causal", corpora, tmp_path / "run", save_steps=1, save_total_limit=2)
-    path = tmp_path / "run.yaml"
-    path.write_text(config.to_yaml())
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_DATASETS_CACHE": str(tmp_path / "cache")}
-    process = subprocess.Popen([sys.executable, "-m", "ssa_hf.cli", "pretrain", "--config", str(path)], env=env,
-                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 180
-    while time.time() < deadline and process.poll() is None and len(list_checkpoints(tmp_path / "run")) < 2:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed mid-way"
+    kill_9_after_checkpoints(tiny_config("causal", corpora, tmp_path / "run", save_steps=1, save_total_limit=2), tmp_path)
     assert not (tmp_path / "run" / "final").exists()
     resumed = pretrain(tiny_config("causal", corpora, tmp_path / "run", resume="latest", save_steps=1,
                                    save_total_limit=2))

@@ -4,7 +4,6 @@ this fails silently: one process only, or two unsynchronised copies)."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,14 +14,9 @@ import torch
 from ssa_hf.train import pretrain
 
 from .conftest import tiny_config
+from .launch import free_port, torchrun_two_processes
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
@@ -30,16 +24,7 @@ def test_two_processes_train_one_model(corpora, tmp_path):
     overrides = dict(max_steps=3, eval_steps=0, save_steps=0, per_device_train_batch_size=4, logging_steps=1,
                      gradient_accumulation_steps=2)
     config = tiny_config("causal", corpora, tmp_path / "ddp", **overrides)
-    path = tmp_path / "ddp.yaml"
-    path.write_text(config.to_yaml())
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "HF_DATASETS_CACHE": str(tmp_path / "cache"),
-           "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-               "--master_port", str(_free_port()), str(REPO / "scripts" / "pretrain.py"), "--config", str(path)]
-    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    metrics = json.loads((tmp_path / "ddp" / "metrics.json").read_text())
+    metrics = torchrun_two_processes(config, tmp_path)
     distributed = metrics["distributed"]
     assert distributed["num_processes"] == 2
     assert [p["rank"] for p in distributed["processes"]] == [0, 1]
@@ -67,7 +52,7 @@ def _launch_fsdp(config_path: Path, tmp_path: Path, *extra: str) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_DATASETS_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-               str(REPO / "configs" / "accelerate" / "fsdp_cpu_2proc.yaml"), "--main_process_port", str(_free_port()),
+               str(REPO / "configs" / "accelerate" / "fsdp_cpu_2proc.yaml"), "--main_process_port", str(free_port()),
                str(REPO / "scripts" / "pretrain.py"), "--config", str(config_path), *extra]
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

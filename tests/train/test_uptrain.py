@@ -5,11 +5,6 @@ n trainable, two processes, and an exact resume after kill -9."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,11 +14,10 @@ from safetensors.torch import load_file
 from ssa_hf.hub import convert_checkpoint
 from ssa_hf.options import ConfigError
 from ssa_hf.train import load_config, pretrain
-from ssa_hf.train.checkpoint import list_checkpoints
 
 from .conftest import tiny_config
+from .launch import kill_9_after_checkpoints, torchrun_two_processes
 
-REPO = Path(__file__).resolve().parents[2]
 TASKS = ("causal", "masked")
 
 
@@ -147,30 +141,11 @@ def test_uptraining_resumes_bit_identically_after_kill_9(uptrain_sources, corpor
     settings = dict(save_steps=1, save_total_limit=2, scoring_learning_rate=0.05, scoring_warmup_steps=2,
                     eval_at_start=True)
     reference = pretrain(uptrain_config("causal", corpora, matched, tmp_path / "reference", **settings))
-    config = uptrain_config("causal", corpora, matched, tmp_path / "run", **settings)
-    path = tmp_path / "run.yaml"
-    path.write_text(config.to_yaml())
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_DATASETS_CACHE": str(tmp_path / "cache")}
-    process = subprocess.Popen([sys.executable, "-m", "ssa_hf.cli", "pretrain", "--config", str(path)], env=env,
-                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 180
-    while time.time() < deadline and process.poll() is None and len(list_checkpoints(tmp_path / "run")) < 2:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed mid-way"
+    kill_9_after_checkpoints(uptrain_config("causal", corpora, matched, tmp_path / "run", **settings), tmp_path)
     resumed = pretrain(uptrain_config("causal", corpora, matched, tmp_path / "run", resume="latest", **settings))
     assert resumed.steps == 6 and resumed.metrics["resumed_from"] is not None
     a, b = load_file(Path(reference.final_dir) / "model.safetensors"), load_file(Path(resumed.final_dir) / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
@@ -178,15 +153,7 @@ def test_two_processes_uptrain_one_model(uptrain_sources, corpora, tmp_path):
     source, matched = uptrain_sources["causal"]
     config = uptrain_config("causal", corpora, matched, tmp_path / "ddp", max_steps=2, eval_steps=0, save_steps=0,
                             per_device_train_batch_size=4, eval_at_start=True, scoring_learning_rate=0.05)
-    path = tmp_path / "ddp.yaml"
-    path.write_text(config.to_yaml())
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "HF_DATASETS_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-               "--master_port", str(_free_port()), str(REPO / "scripts" / "pretrain.py"), "--config", str(path)]
-    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    metrics = json.loads((tmp_path / "ddp" / "metrics.json").read_text())
+    metrics = torchrun_two_processes(config, tmp_path)
     assert metrics["distributed"]["num_processes"] == 2
     assert metrics["distributed"]["parameter_fingerprint_max_abs_diff"] == 0.0
     assert metrics["eval_loss_at_start"] == pytest.approx(source.metrics["eval_loss"], rel=1e-5)
