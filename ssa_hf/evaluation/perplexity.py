@@ -225,7 +225,7 @@ def evaluate_perplexity(model_path: str, data: str | list[str] | None = None, *,
     from .checkpoint import check_tokenizer, is_causal_lm_config, resolve_model
 
     trust = config.trust_remote_code
-    safe_weights_kwargs(model_path, trust)  # (a folder of pickled weights: one line, before any other work)
+    weights = safe_weights_kwargs(model_path, trust)  # (a folder of pickled weights: one line, before any other work)
     if Path(model_path).exists():
         check_tokenizer(*resolve_model(model_path), config.tokenizer)  # ssa-hf's message, not a tokenizer library's
     model_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust)
@@ -243,7 +243,7 @@ def evaluate_perplexity(model_path: str, data: str | list[str] | None = None, *,
     device = resolve_device(config.device)
     tokenizer = AutoTokenizer.from_pretrained(config.tokenizer or model_path, trust_remote_code=trust)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype, trust_remote_code=trust,
-                                                 **safe_weights_kwargs(model_path, trust)).to(device)
+                                                 **weights).to(device)
     results = []
     for texts, description in sources:
         stream, documents = corpus_token_stream(tokenizer, texts, progress=progress)

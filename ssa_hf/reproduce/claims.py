@@ -108,6 +108,13 @@ def icl_baseline_evaluations(icl_config) -> dict[str, dict]:
     return {name: evaluate_task(task, fn, icl_config.eval, icl_config.eval_length) for name, fn in baselines_for(task).items()}
 
 
+def claim_endpoints(claim) -> list[tuple]:
+    """(endpoint, is_primary, seed kind) in the order a claim's rows are shown: the primary on the confirmatory
+    seeds (the verdict), then on the exploratory ones, then each declared secondary on the confirmatory seeds."""
+    return ([(claim.primary, True, "confirmatory"), (claim.primary, True, "exploratory")]
+            + [(endpoint, False, "confirmatory") for endpoint in claim.secondary])
+
+
 def icl_claims(name: str, experiment: ICLExperiment, runs: list[dict], baseline_evals: dict[str, dict],
                icl_settings: dict, config: ReproduceConfig) -> list[dict]:
     """The claims of one ICL experiment from its finished runs (a claim whose confirmatory seeds have fewer than 2
@@ -121,8 +128,7 @@ def icl_claims(name: str, experiment: ICLExperiment, runs: list[dict], baseline_
     out = []
     for claim_name, claim in experiment.claims.items():
         rows = []
-        endpoints = [(claim.primary, True, "confirmatory"), (claim.primary, True, "exploratory")]
-        endpoints += [(e, False, "confirmatory") for e in claim.secondary]
+        endpoints = claim_endpoints(claim)
         for endpoint, is_primary, kind in endpoints:
             wanted = getattr(experiment.seeds, kind)
             by_arm = {arm: {r["seed"]: r["eval"] for r in runs if r["scoring"] == arm and r["seed"] in wanted}
@@ -265,8 +271,7 @@ def lm_claims(kind: str, experiment: LMExperiment, results: list[dict], config: 
     claims = []
     for claim_name, claim in experiment.claims.items():
         rows = []
-        endpoints = [(claim.primary, True, "confirmatory"), (claim.primary, True, "exploratory")]
-        endpoints += [(e, False, "confirmatory") for e in claim.secondary]
+        endpoints = claim_endpoints(claim)
         for endpoint, is_primary, seed_kind in endpoints:
             seeds = paired_seeds(results, experiment, getattr(experiment.seeds, seed_kind))
             chosen = [r for r in results if r["seed"] in seeds]
