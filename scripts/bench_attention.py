@@ -17,7 +17,8 @@ Ratios are against SDPA softmax of the same length and mode, measured in the sam
 Each row also gives its share of the machine's GEMM peak: the attention's useful flops (forward: Q K^T and P V;
 fwd+bwd: those and the backward's four products; causal: the visible half) per second, over the rate of a large
 torch.matmul measured at the start of the run with the same threads (float32, and bfloat16 for bfloat16 runs;
-float16 runs are computed in float32 by the kernel and compared with the float32 peak). The CPU's model and its
+float16 runs: the kernel's tile products are float32 products of converted fp16 tiles, compared with the float32
+peak). The CPU's model and its
 vector/matrix features (AVX2, AVX-512 and its bf16/VNNI/FP16 extensions, AMX; NEON/SVE on Arm) and the fused
 kernel's vector lanes are recorded with the results.
 
@@ -25,6 +26,7 @@ kernel's vector lanes are recorded with the results.
     python scripts/bench_attention.py                   # L in 256, 1024, 2048, 4096
     python scripts/bench_attention.py --lengths 2048 --variants "sdpa softmax" "blockwise ssa" --output b.json
     python scripts/bench_attention.py --lengths 2048 --modes fwd fwd+bwd --variants "blockwise ssa" --load 1 2
+    python scripts/bench_attention.py --quick --isa avx2 # as on a CPU without AVX-512 (both sides AVX2)
                                                         # quiet, beside 1 and 2 busy processes (alternating)
 
 Timing pins glibc's malloc thresholds (REFERENCE section 5): without them tile buffers are mapped and zeroed
@@ -238,6 +240,14 @@ def _variants(args) -> list[tuple[str, str, str]]:
     return out
 
 
+# what --isa sets for the whole run (children inherit it): ATEN_CPU_CAPABILITY picks torch's own kernels (SDPA's
+# flash kernel among them), MKL_ENABLE_INSTRUCTIONS the GEMMs' code path, SSA_HF_KERNEL_ISA the fused kernel's build
+ISA_ENV = {
+    "native": {},
+    "avx2": {"SSA_HF_KERNEL_ISA": "avx2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "portable": {"SSA_HF_KERNEL_ISA": "portable"},
+}
+
 VECTOR_FEATURES = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
                    "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
                    "asimd", "sve", "sve2", "bf16", "i8mm")
@@ -377,12 +387,18 @@ def main(argv=None) -> int:
     parser.add_argument("--load", nargs="+", default=None,
                         help="also time beside N busy processes (e.g. --load 1 2): every variant is then timed "
                              "alternately with SDPA in one process, quiet first, then at each load (time only)")
+    parser.add_argument("--isa", default="native", choices=list(ISA_ENV),
+                        help="native: this CPU; avx2: as on a CPU without AVX-512 (the kernel built for AVX2, torch "
+                             "and MKL told to use AVX2 only); portable: the kernel's scalar build beside torch as is")
     parser.add_argument("--output", default="bench_attention.json")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
         return 0
+    isa_env = ISA_ENV[args.isa]
+    if any(os.environ.get(k) != v for k, v in isa_env.items()):  # read at import by torch and MKL: re-execute
+        os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **MALLOC_ENV, **isa_env})
     pin_malloc_env()
     sys.path.insert(0, str(REPO))
     lengths = [int(x) for x in split_args(args.lengths)]
@@ -443,7 +459,8 @@ def main(argv=None) -> int:
     _add_shares(rows, peaks, base_cell)
     machine = {"cpu": cpu["model"], "cpu_features": cpu["features"], "kernel_vector_lanes": cpu["kernel_vector_lanes"],
                "gemm_peak_gflops": peaks, "cores": os.cpu_count(), "threads": args.threads,
-               "torch": torch.__version__, "python": platform.python_version(),
+               "torch": torch.__version__, "python": platform.python_version(), "isa": args.isa,
+               "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "isa_env": isa_env,
                "shape": f"B={args.batch} H={args.heads} Hkv={args.kv_heads or args.heads} D={args.head_dim} "
                         f"{args.dtype}, causal (decode: 1 query, no mask)",
                "repeats": args.repeats, "decode_repeats": args.decode_repeats, "malloc_env": MALLOC_ENV,
@@ -452,6 +469,8 @@ def main(argv=None) -> int:
     Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows, "table": text}, indent=2) + "\n")
     print(f"\n{cpu['model']} ({' '.join(cpu['features'])}; kernel vector lanes {cpu['kernel_vector_lanes']}); GEMM peak "
           + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()))
+    print(f"build: --isa {args.isa} (torch CPU capability {machine['torch_cpu_capability']}"
+          + (f"; {' '.join(f'{k}={v}' for k, v in isa_env.items())}" if isa_env else "") + ")")
     print(f"{machine['shape']}; {machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; median of "
           f"{args.repeats} (decode {args.decode_repeats}); ratios against SDPA softmax in the same run; machine busy "
           f"before/after: {busy_before}/{machine['busy_after']} (0 = idle)\n")

@@ -13,9 +13,8 @@ Two custom ops (``torch.library``) carry the computation, so that ``torch.compil
 * ``ssa_hf::attention_backward(grad_out, query, key, value, out, lse, b, n, mask, causal, scale, block_q,
   block_k, need_bn) -> (dq, dk, dv, db, dn)``
 
-Their implementation runs the fused C++ kernel of native.py (float32 compute for float32/float16 inputs; the
-forward reads and writes bfloat16 itself, bf16 x bf16 -> fp32 tile products with fp32 statistics, and its
-backward computes in float32) or, for float64, on other devices, with non-finite inputs or where the kernel cannot be built, the same
+Their implementation runs the fused C++ kernel of native.py (float32, bfloat16 and float16 read and written in
+their own dtype, with fp32 tile products, statistics and accumulation; no float32 copy of an input) or, for float64, on other devices, with non-finite inputs or where the kernel cannot be built, the same
 math in torch ops in float64, one block of query rows at a time (``_torch_forward`` / ``_torch_backward``: the
 plain statement of what the kernel computes, and the float64 oracle of its tests).
 
@@ -56,10 +55,13 @@ def _compute_dtype(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+_REDUCED = (torch.bfloat16, torch.float16)
+
+
 def _out_dtype(dtype):
-    """The forward op's output dtype: bfloat16 for bfloat16 inputs (the fused kernel reads and writes bf16 itself,
-    with fp32 accumulation), else the compute dtype.  The row logsumexp is always in the compute dtype."""
-    return torch.bfloat16 if dtype == torch.bfloat16 else _compute_dtype(dtype)
+    """The forward op's output dtype: the input's for bfloat16 and float16 (the fused kernel reads and writes them
+    itself, with fp32 accumulation), else the compute dtype.  The row logsumexp is always in the compute dtype."""
+    return dtype if dtype in _REDUCED else _compute_dtype(dtype)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -188,9 +190,14 @@ def _torch_backward(grad_out, query, key, value, out, lse, b, n, layout: _Layout
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _native_inputs(*tensors):
-    return [t if t.dtype == torch.float32 and t.is_contiguous() else t.to(torch.float32).contiguous()
-            for t in tensors]
+def _native_inputs(*tensors, dtype=torch.float32):
+    """The tensors as the fused kernel reads them: contiguous, in `dtype` (the attention inputs' own dtype for
+    float32, bfloat16 and float16, so that no float32 copy is made; float32 for b, n and lse)."""
+    return [t if t.dtype == dtype and t.is_contiguous() else t.to(dtype).contiguous() for t in tensors]
+
+
+def _kernel_dtype(dtype):
+    return dtype if dtype in _REDUCED else torch.float32
 
 
 def _use_native(query):
@@ -204,10 +211,8 @@ def _forward(query: Tensor, key: Tensor, value: Tensor, b: Tensor, n: Tensor, ma
     ssa = b.numel() > 0
     ops = load_kernels() if _use_native(query) else None
     if ops is not None:
-        if query.dtype == torch.bfloat16:  # read as they are: no float32 copies of q, k, v or out
-            qkv = [t.contiguous() for t in (query, key, value)] + _native_inputs(b, n)
-        else:
-            qkv = _native_inputs(query, key, value, b, n)
+        # bf16 and fp16 are read as they are: no float32 copies of q, k, v or out
+        qkv = _native_inputs(query, key, value, dtype=_kernel_dtype(query.dtype)) + _native_inputs(b, n)
         res = ops.forward(*qkv, mask, causal, scale, block_q, block_k, True, _STATIC_BOUND_MAX, _SERIAL_FLOPS)
         if res:  # empty: a non-finite query or key element, which the torch path propagates as eager does
             return res[0], res[1]
@@ -236,8 +241,9 @@ def attention_backward(grad_out: Tensor, query: Tensor, key: Tensor, value: Tens
     ops = load_kernels() if _use_native(query) else None
     res = None
     if ops is not None:
-        res = ops.backward(*_native_inputs(grad_out, query, key, value, out, lse, b, n), mask, causal, scale,
-                           block_q, block_k, need_bn, _SERIAL_FLOPS)
+        tensors = _native_inputs(grad_out, query, key, value, out, dtype=_kernel_dtype(query.dtype))
+        res = ops.backward(*tensors, *_native_inputs(lse, b, n), mask, causal, scale, block_q, block_k, need_bn,
+                           _SERIAL_FLOPS)
     if res:
         dq, dk, dv, dn_sum, db_sum = res
         db = (db_sum / b.double()) if need_bn else None  # dL/db = sum(dS s) / b, dL/dn = sum(dg g) / n

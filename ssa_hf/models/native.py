@@ -26,7 +26,8 @@ Build cache (compiled code runs in this process, so it is loaded only from a pla
   features (the build uses -march=native, and the flags name the vector width: ``native_flags``).
 The per-score passes are vectorised with ``at::vec::Vectorized<float>``: 16 lanes where the CPU has AVX-512 (built
 with -mprefer-vector-width=512), 8 with AVX2; the scalar passes stay built as the portable path (the only one on
-other CPUs; tests force it with the ops' ``set_portable``).
+other CPUs; tests force it with the ops' ``set_portable``).  ``SSA_HF_KERNEL_ISA=avx2`` or ``portable`` builds for
+less than this CPU has (``kernel_isa``).
 ``SSA_HF_BLOCKWISE_NATIVE=0`` (or ``set_native_enabled(False)``) turns the native kernel off: the torch path
 runs, with one warning saying so.  The build needs a C++ compiler (``$CXX`` or c++) and ninja (a dependency).
 
@@ -115,13 +116,36 @@ def _cpu_features():
     return set()
 
 
-def native_flags(features=None):
-    """Compiler flags of the -march=native build: the vector width of the per-score passes from the CPU's
-    features (AVX-512: 16 lanes, AVX2: 8; otherwise the portable scalar passes only)."""
+KERNEL_ISAS = ("native", "avx2", "portable")
+
+
+def kernel_isa():
+    """The instruction set the kernel is built for, from ``SSA_HF_KERNEL_ISA``: ``native`` (default: this CPU's,
+    -march=native), ``avx2`` (code any AVX2 CPU runs: -march=haswell and the 8-lane passes; e.g. a build shared by
+    machines of several kinds, or the figures of a CPU without AVX-512 measured on one with it) or ``portable``
+    (no -march: the scalar passes only)."""
+    isa = os.environ.get("SSA_HF_KERNEL_ISA", "").strip().lower() or "native"
+    if isa not in KERNEL_ISAS:
+        raise ValueError(f"SSA_HF_KERNEL_ISA={isa!r}: expected one of {', '.join(KERNEL_ISAS)} (or unset it)")
+    return isa
+
+
+def native_flags(features=None, isa=None):
+    """Compiler flags of the kernel build for `isa` (default: kernel_isa()).  native: -march=native with the
+    per-score passes' vector width from the CPU's features (AVX-512: 16 lanes, AVX2: 8; otherwise the portable
+    scalar passes only)."""
+    isa = kernel_isa() if isa is None else isa
     features = _cpu_features() if features is None else set(features)
-    if platform.machine() in ("x86_64", "AMD64") and all(f in features for f in _AVX512_FEATURES):
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    if isa == "portable":
+        return list(FLAGS_PORTABLE)
+    if isa == "avx2":
+        if not (x86 and all(f in features for f in _AVX2_FEATURES)):
+            raise ValueError("SSA_HF_KERNEL_ISA=avx2, but this CPU lacks AVX2/FMA/F16C: use native or portable")
+        return FLAGS_PORTABLE[:1] + ["-march=haswell", "-mtune=native"] + FLAGS_PORTABLE[1:] + FLAGS_AVX2
+    if x86 and all(f in features for f in _AVX512_FEATURES):
         return FLAGS + FLAGS_AVX512
-    if platform.machine() in ("x86_64", "AMD64") and all(f in features for f in _AVX2_FEATURES):
+    if x86 and all(f in features for f in _AVX2_FEATURES):
         return FLAGS + FLAGS_AVX2
     return list(FLAGS)
 
@@ -288,7 +312,8 @@ def _build_key(flags):
 
 def _load():
     errors = []
-    for flags in (native_flags(), FLAGS_PORTABLE):
+    for flags in dict.fromkeys((tuple(native_flags()), tuple(FLAGS_PORTABLE))):
+        flags = list(flags)
         key = _build_key(flags)
         namespace = f"ssa_hf_native_{key}"
         try:
@@ -300,7 +325,7 @@ def _load():
             errors.append(str(exc))
             if "no C++ compiler" in str(exc) or "Ninja" in str(exc) or "build lock" in str(exc):
                 break
-            if flags is not FLAGS_PORTABLE:
+            if flags != FLAGS_PORTABLE:
                 _say("ssa-hf: the -march=native build failed; trying the portable build (slower kernel)")
     raise RuntimeError(errors[0])
 

@@ -25,13 +25,17 @@ inline void transpose_bf16(const at::BFloat16* src, int64_t rows, int64_t cols, 
 }
 
 
-// T: the element type of q, k, v and out (float, or at::BFloat16: Q K^T as bf16 x bf16 -> fp32 tile products,
-// statistics and accumulation in fp32, and P V in fp32 from a float copy of the value tile: rounding P to bf16
-// instead (as SDPA's flash kernel does) doubled the output error against float64 on the test shapes, and the tile
-// copy costs 1/rows of its product)
+// T: the element type of q, k, v and out: float; at::BFloat16 (Q K^T as bf16 x bf16 -> fp32 tile products); or
+// at::Half (the item's query rows and each key tile converted to fp32 for sgemm: CPUs without AVX512-FP16 or
+// AMX-FP16 have no fp16 dot product, and brgemm's fp16 fallback measured half sgemm's speed here).  Statistics and
+// accumulation are fp32, and P V is an fp32 product from a float copy of the value tile: rounding P to bf16 instead
+// (as SDPA's flash kernel does) doubled the output error against float64 on the test shapes, and the tile copy
+// costs 1/rows of its product.
 template <typename T>
 struct Forward {
   static constexpr bool kBf16 = std::is_same_v<T, at::BFloat16>;
+  static constexpr bool kHalf = std::is_same_v<T, at::Half>;
+  static constexpr bool kReduced = kBf16 || kHalf;
   const Problem& P;
   T* out;       // [B, H, Lq, Dv]
   float* lse;   // [B, H, Lq] or nullptr
@@ -42,18 +46,21 @@ struct Forward {
     std::vector<T> q;
     std::vector<float> s, acc, m, l, alpha;
     std::vector<at::BFloat16> kt;  // bf16: a key tile transposed ([D x bk])
-    std::vector<float> vt;         // bf16: a value tile as float ([bk x Dv])
+    std::vector<float> vt;         // bf16, fp16: a value tile as float ([bk x Dv])
+    std::vector<float> qf, kf;     // fp16: the item's query rows and a key tile as float
     explicit Scratch(const Forward& f) {
       const int64_t rows = f.P.G * f.P.bq;
       q.resize(rows * f.P.D); s.resize(rows * f.P.bk); acc.resize(rows * f.P.Dv);
       m.resize(rows); l.resize(rows); alpha.resize(rows);
-      if (kBf16) { kt.resize(f.P.D * f.P.bk); vt.resize(f.P.bk * f.P.Dv); }
+      if (kBf16) kt.resize(f.P.D * f.P.bk);
+      if (kReduced) vt.resize(f.P.bk * f.P.Dv);
+      if (kHalf) { qf.resize(rows * f.P.D); kf.resize(f.P.bk * f.P.D); }
     }
   };
 
-  const T* qp() const { if constexpr (kBf16) return P.q16; else return P.q; }
-  const T* kp() const { if constexpr (kBf16) return P.k16; else return P.k; }
-  const T* vp() const { if constexpr (kBf16) return P.v16; else return P.v; }
+  const T* qp() const { return P.q<T>(); }
+  const T* kp() const { return P.k<T>(); }
+  const T* vp() const { return P.v<T>(); }
 
   void operator()(int64_t item, Scratch& w) const {
     // heavy items first: the last query blocks see the most keys under a causal mask
@@ -69,6 +76,7 @@ struct Forward {
       const int64_t h = hk * P.G + g;
       std::memcpy(w.q.data() + g * R * P.D, qp() + ((bi * P.H + h) * P.Lq + i0) * P.D, sizeof(T) * R * P.D);
     }
+    if constexpr (kHalf) at::vec::convert(w.q.data(), w.qf.data(), rows * P.D);
     // Rows whose bound is small enough use it as a fixed offset (no running maximum); computed here, inside the
     // call's one parallel region, since every barrier costs a scheduler slice on a busy machine
     bool fixed = P.bounded;
@@ -90,6 +98,9 @@ struct Forward {
       } else if constexpr (kBf16) {
         transpose_bf16(kb + j0 * P.D, C, P.D, P.D, w.kt.data(), C);
         gemm_bf16(rows, C, P.D, w.q.data(), P.D, w.kt.data(), C, false, S, P.bk);
+      } else if constexpr (kHalf) {
+        at::vec::convert(kb + j0 * P.D, w.kf.data(), C * P.D);
+        gemm(false, true, rows, C, P.D, 1.0f, w.qf.data(), P.D, w.kf.data(), P.D, 0.0f, S, P.bk);
       } else {
         gemm(false, true, rows, C, P.D, 1.0f, w.q.data(), P.D, kb + j0 * P.D, P.D, 0.0f, S, P.bk);
       }
@@ -134,7 +145,7 @@ struct Forward {
         }
       if (rows <= kFewRows) {
         few_rows_values(S, P.bk, vb + j0 * P.Dv, rows, C, P.Dv, first, w.acc.data());
-      } else if constexpr (kBf16) {
+      } else if constexpr (kReduced) {
         at::vec::convert(vb + j0 * P.Dv, w.vt.data(), C * P.Dv);
         gemm(false, false, rows, P.Dv, C, 1.0f, S, P.bk, w.vt.data(), P.Dv, first ? 0.0f : 1.0f, w.acc.data(), P.Dv);
       } else {
@@ -161,22 +172,42 @@ struct Forward {
   }
 };
 
+// T: the element type of q, k, v, out and dout, and of the gradients returned.  float: every tile product reads
+// the inputs in place and dq, dk, dv accumulate in the outputs.  bfloat16 / float16: each tile is converted to fp32
+// as a product reads it (a key/value tile once per key block, a query/dout block once per (key block, head, query
+// block): 1/C of the products' work) and dk, dv (the item's key rows) and dq accumulate in fp32 scratch, written in
+// T when complete, so nothing of the size of an input is ever held in fp32.
+template <typename T>
 struct Backward {
+  static constexpr bool kReduced = !std::is_same_v<T, float>;
   const Problem& P;
-  const float *dout, *out, *lse;  // [B, H, Lq, Dv], [B, H, Lq, Dv], [B, H, Lq]
-  float* dqp;                      // [chunks, B, H, Lq, D]: each chunk's partial sums (the result when chunks == 1)
-  float* dq;                       // [B, H, Lq, D] when chunks > 1: the sum of the partials
-  float *dk, *dv;                  // [B, Hkv, Lk, D], [B, Hkv, Lk, Dv]
+  const T *dout, *out;             // [B, H, Lq, Dv], [B, H, Lq, Dv]
+  const float* lse;                // [B, H, Lq]
+  float* dqp;                      // [chunks, B, H, Lq, D]: each chunk's partial sums (float with chunks == 1: the
+                                   // result; reduced with chunks == 1: unused, the item's scratch holds them)
+  T* dq;                           // [B, H, Lq, D] (float with chunks == 1: dqp itself)
+  T *dk, *dv;                      // [B, Hkv, Lk, D], [B, Hkv, Lk, Dv]
   double* dn;                      // [chunks, B, H] sum(dg * g), or nullptr
   double* qdq;                     // [B, H] sum(q . dq), or nullptr
   int64_t nkb, chunks;
   std::atomic<int32_t>* done;      // [B * Hkv] chunks finished: the last one sums dq and q . dq
   std::atomic<bool>* nonfinite;    // set when a q or k element the call reads is not finite
 
+  int64_t per() const { return (nkb + chunks - 1) / chunks; }  // key blocks per chunk
+
   struct Scratch {
     std::vector<float> s, dp, delta;
+    // reduced dtypes: fp32 copies of the tiles being multiplied, and fp32 sums of the item's dk, dv rows and (one
+    // chunk per (batch, kv head)) of its heads' dq
+    std::vector<float> qf, dof, kf, vf, dka, dva, dqa, row;
     explicit Scratch(const Backward& f) {
       s.resize(f.P.bq * f.P.bk); dp.resize(f.P.bq * f.P.bk); delta.resize(f.P.G * f.P.Lq);
+      if constexpr (kReduced) {
+        const int64_t keys = std::min(f.P.Lk, f.per() * f.P.bk);
+        qf.resize(f.P.bq * f.P.D); dof.resize(f.P.bq * f.P.Dv); kf.resize(f.P.bk * f.P.D); vf.resize(f.P.bk * f.P.Dv);
+        dka.resize(keys * f.P.D); dva.resize(keys * f.P.Dv); row.resize(f.P.D);
+        if (f.chunks == 1) dqa.resize(f.P.G * f.P.Lq * f.P.D);
+      }
     }
   };
 
@@ -184,27 +215,27 @@ struct Backward {
   // products; rows of delta = rowsum(out * dout) from istart on.  Everything here is per item, inside the
   // call's one parallel region (every barrier costs a scheduler slice on a busy machine).
   bool prepare(int64_t bi, int64_t hk, int64_t j0, int64_t j1, int64_t istart, float* delta) const {
-    const float* kb = P.k + (bi * P.Hkv + hk) * P.Lk * P.D;
+    const T* kb = P.k<T>() + (bi * P.Hkv + hk) * P.Lk * P.D;
     float kmax = 0.0f, qmax = 0.0f;
     bool ok = true;
     for (int64_t j = j0; j < j1; ++j) {
       float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-      for (int64_t d = 0; d < P.D; ++d) acc += kb[j * P.D + d] * kb[j * P.D + d];
+      for (int64_t d = 0; d < P.D; ++d) acc += (float)kb[j * P.D + d] * (float)kb[j * P.D + d];
       ok = ok && std::isfinite(acc);
       kmax = std::max(kmax, acc);
     }
     for (int64_t g = 0; g < P.G; ++g) {
       const int64_t bh = bi * P.H + hk * P.G + g;
       for (int64_t i = istart; i < P.Lq; ++i) {
-        const float* qq = P.q + (bh * P.Lq + i) * P.D;
-        const float* o = out + (bh * P.Lq + i) * P.Dv;
-        const float* dd = dout + (bh * P.Lq + i) * P.Dv;
+        const T* qq = P.q<T>() + (bh * P.Lq + i) * P.D;
+        const T* o = out + (bh * P.Lq + i) * P.Dv;
+        const T* dd = dout + (bh * P.Lq + i) * P.Dv;
         float sq = 0.0f, acc = 0.0f;
 #pragma omp simd reduction(+ : sq)
-        for (int64_t d = 0; d < P.D; ++d) sq += qq[d] * qq[d];
+        for (int64_t d = 0; d < P.D; ++d) sq += (float)qq[d] * (float)qq[d];
 #pragma omp simd reduction(+ : acc)
-        for (int64_t d = 0; d < P.Dv; ++d) acc += o[d] * dd[d];
+        for (int64_t d = 0; d < P.Dv; ++d) acc += (float)o[d] * (float)dd[d];
         ok = ok && std::isfinite(sq);
         qmax = std::max(qmax, sq);
         delta[g * P.Lq + i] = acc;
@@ -216,48 +247,82 @@ struct Backward {
   void operator()(int64_t item, Scratch& w) const {
     const int64_t c = item % chunks, bhk = item / chunks;
     const int64_t bi = bhk / P.Hkv, hk = bhk % P.Hkv;
-    const int64_t per = (nkb + chunks - 1) / chunks;
-    const int64_t jb0 = std::min(nkb, c * per), jb1 = std::min(nkb, (c + 1) * per);
+    const int64_t jb0 = std::min(nkb, c * per()), jb1 = std::min(nkb, (c + 1) * per());
     const int64_t j0k = std::min(P.Lk, jb0 * P.bk), j1k = std::min(P.Lk, jb1 * P.bk);
     const int64_t istart0 = P.causal ? std::min(P.Lq, (j0k / P.bq) * P.bq) : 0;
     // this item owns dk, dv rows [j0k, j1k) and its chunk's partial dq of the G heads: zero them here
-    std::fill(dk + (bhk * P.Lk + j0k) * P.D, dk + (bhk * P.Lk + j1k) * P.D, 0.0f);
-    std::fill(dv + (bhk * P.Lk + j0k) * P.Dv, dv + (bhk * P.Lk + j1k) * P.Dv, 0.0f);
-    float* dqc = dqp + (c * P.B * P.H + bi * P.H + hk * P.G) * P.Lq * P.D;
+    float* dkr;
+    float* dvr;
+    float* dqc;  // the partial dq of this item's G heads, [G, Lq, D]
+    if constexpr (kReduced) {
+      dkr = w.dka.data(); dvr = w.dva.data();
+      dqc = chunks == 1 ? w.dqa.data() : dqp + (c * P.B * P.H + bi * P.H + hk * P.G) * P.Lq * P.D;
+      std::fill(dkr, dkr + (j1k - j0k) * P.D, 0.0f);
+      std::fill(dvr, dvr + (j1k - j0k) * P.Dv, 0.0f);
+    } else {
+      dkr = dk + (bhk * P.Lk + j0k) * P.D; dvr = dv + (bhk * P.Lk + j0k) * P.Dv;
+      dqc = dqp + (c * P.B * P.H + bi * P.H + hk * P.G) * P.Lq * P.D;
+      std::fill(dkr, dkr + (j1k - j0k) * P.D, 0.0f);
+      std::fill(dvr, dvr + (j1k - j0k) * P.Dv, 0.0f);
+    }
     std::fill(dqc, dqc + P.G * P.Lq * P.D, 0.0f);
     // a chunk past the last key block (chunks * per > nkb) only zeroes and counts
     if (jb0 < jb1) {
-      if (prepare(bi, hk, j0k, j1k, istart0, w.delta.data())) run(c, bi, hk, jb0, jb1, w);
+      if (prepare(bi, hk, j0k, j1k, istart0, w.delta.data())) run(c, bi, hk, jb0, jb1, j0k, dkr, dvr, dqc, w);
       else *nonfinite = true;
+    }
+    if constexpr (kReduced) {
+      if (!nonfinite->load()) {
+        at::vec::convert(dkr, dk + (bhk * P.Lk + j0k) * P.D, (j1k - j0k) * P.D);
+        at::vec::convert(dvr, dv + (bhk * P.Lk + j0k) * P.Dv, (j1k - j0k) * P.Dv);
+      }
     }
     // the last chunk of this (batch, kv head) to finish sums the partial dq and q . dq (acq_rel: it sees the
     // others' writes)
-    if (done[bhk].fetch_add(1, std::memory_order_acq_rel) + 1 == chunks && !nonfinite->load()) finish(bi, hk);
+    if (done[bhk].fetch_add(1, std::memory_order_acq_rel) + 1 == chunks && !nonfinite->load()) finish(bi, hk, dqc, w);
   }
 
-  void run(int64_t c, int64_t bi, int64_t hk, int64_t jb0, int64_t jb1, Scratch& w) const {
+  // the key blocks [jb0, jb1) of (batch bi, kv head hk): dk, dv rows from j0k on in dkr, dvr; the G heads' dq in dqg
+  void run(int64_t c, int64_t bi, int64_t hk, int64_t jb0, int64_t jb1, int64_t j0k, float* dkr, float* dvr,
+           float* dqg, Scratch& w) const {
     const int64_t bhk = bi * P.Hkv + hk;
-    const float* kb = P.k + bhk * P.Lk * P.D;
-    const float* vb = P.v + bhk * P.Lk * P.Dv;
-    float* dkb = dk + bhk * P.Lk * P.D;
-    float* dvb = dv + bhk * P.Lk * P.Dv;
+    const T* kb = P.k<T>() + bhk * P.Lk * P.D;
+    const T* vb = P.v<T>() + bhk * P.Lk * P.Dv;
     float* S = w.s.data();
     float* dP = w.dp.data();
     for (int64_t jb = jb0; jb < jb1; ++jb) {
       const int64_t j0 = jb * P.bk, C = std::min(P.bk, P.Lk - j0);
+      const float *kt, *vt;
+      if constexpr (kReduced) {
+        at::vec::convert(kb + j0 * P.D, w.kf.data(), C * P.D);
+        at::vec::convert(vb + j0 * P.Dv, w.vf.data(), C * P.Dv);
+        kt = w.kf.data(); vt = w.vf.data();
+      } else {
+        kt = kb + j0 * P.D; vt = vb + j0 * P.Dv;
+      }
+      float* dkt = dkr + (j0 - j0k) * P.D;
+      float* dvt = dvr + (j0 - j0k) * P.Dv;
       for (int64_t g = 0; g < P.G; ++g) {
         const int64_t h = hk * P.G + g, bh = bi * P.H + h;
         const float b = P.b ? P.b[h] : 0.0f, n = P.b ? P.n[h] : 0.0f;
-        const float* qh = P.q + bh * P.Lq * P.D;
-        const float* doh = dout + bh * P.Lq * P.Dv;
+        const T* qh = P.q<T>() + bh * P.Lq * P.D;
+        const T* doh = dout + bh * P.Lq * P.Dv;
         const float* delta = w.delta.data() + g * P.Lq;
-        float* dqh = dqp + (c * P.B * P.H + bh) * P.Lq * P.D;
+        float* dqh = dqg + g * P.Lq * P.D;
         double dn_acc = 0.0;
         const int64_t istart = P.causal ? (j0 / P.bq) * P.bq : 0;
         for (int64_t i0 = istart; i0 < P.Lq; i0 += P.bq) {
           const int64_t R = std::min(P.bq, P.Lq - i0);
-          gemm(false, true, R, C, P.D, 1.0f, qh + i0 * P.D, P.D, kb + j0 * P.D, P.D, 0.0f, S, P.bk);
-          gemm(false, true, R, C, P.Dv, 1.0f, doh + i0 * P.Dv, P.Dv, vb + j0 * P.Dv, P.Dv, 0.0f, dP, P.bk);
+          const float *qt, *dot;
+          if constexpr (kReduced) {
+            at::vec::convert(qh + i0 * P.D, w.qf.data(), R * P.D);
+            at::vec::convert(doh + i0 * P.Dv, w.dof.data(), R * P.Dv);
+            qt = w.qf.data(); dot = w.dof.data();
+          } else {
+            qt = qh + i0 * P.D; dot = doh + i0 * P.Dv;
+          }
+          gemm(false, true, R, C, P.D, 1.0f, qt, P.D, kt, P.D, 0.0f, S, P.bk);
+          gemm(false, true, R, C, P.Dv, 1.0f, dot, P.Dv, vt, P.Dv, 0.0f, dP, P.bk);
           bool any = false;
           for (int64_t r = 0; r < R; ++r) {
             const int64_t i = i0 + r;
@@ -276,59 +341,78 @@ struct Backward {
             any = any || rw.cend > 0;
           }
           if (!any) continue;
-          gemm(true, false, C, P.Dv, R, 1.0f, S, P.bk, doh + i0 * P.Dv, P.Dv, 1.0f, dvb + j0 * P.Dv, P.Dv);
-          gemm(true, false, C, P.D, R, 1.0f, dP, P.bk, qh + i0 * P.D, P.D, 1.0f, dkb + j0 * P.D, P.D);
-          gemm(false, false, R, P.D, C, 1.0f, dP, P.bk, kb + j0 * P.D, P.D, 1.0f, dqh + i0 * P.D, P.D);
+          gemm(true, false, C, P.Dv, R, 1.0f, S, P.bk, dot, P.Dv, 1.0f, dvt, P.Dv);
+          gemm(true, false, C, P.D, R, 1.0f, dP, P.bk, qt, P.D, 1.0f, dkt, P.D);
+          gemm(false, false, R, P.D, C, 1.0f, dP, P.bk, kt, P.D, 1.0f, dqh + i0 * P.D, P.D);
         }
         if (dn) dn[c * P.B * P.H + bh] += dn_acc;
       }
     }
   }
 
-  // dq of the G heads = the sum of the chunks' partials; qdq = sum over rows of q . dq (for dL/db)
-  void finish(int64_t bi, int64_t hk) const {
+  // dq of the G heads = the sum of the chunks' partials (dqc: this item's, the whole sum when chunks == 1);
+  // qdq = sum over rows of q . dq (for dL/db)
+  void finish(int64_t bi, int64_t hk, const float* dqc, Scratch& w) const {
     const int64_t n = P.Lq * P.D;
     for (int64_t g = 0; g < P.G; ++g) {
       const int64_t bh = bi * P.H + hk * P.G + g;
-      float* res = dqp + bh * n;
-      if (chunks > 1) {
-        res = dq + bh * n;
-        std::memcpy(res, dqp + bh * n, sizeof(float) * n);
-        for (int64_t c = 1; c < chunks; ++c) {
-          const float* part = dqp + (c * P.B * P.H + bh) * n;
+      const T* qq = P.q<T>() + bh * n;
+      double acc = 0.0;
+      if constexpr (kReduced) {
+        float* res = w.row.data();
+        for (int64_t i = 0; i < P.Lq; ++i) {
+          if (chunks == 1) {
+            std::memcpy(res, dqc + g * n + i * P.D, sizeof(float) * P.D);
+          } else {
+            std::fill(res, res + P.D, 0.0f);
+            for (int64_t c = 0; c < chunks; ++c) {
+              const float* part = dqp + (c * P.B * P.H + bh) * n + i * P.D;
 #pragma omp simd
-          for (int64_t x = 0; x < n; ++x) res[x] += part[x];
+              for (int64_t x = 0; x < P.D; ++x) res[x] += part[x];
+            }
+          }
+          float rowdot = 0.0f;
+#pragma omp simd reduction(+ : rowdot)
+          for (int64_t x = 0; x < P.D; ++x) rowdot += (float)qq[i * P.D + x] * res[x];
+          acc += rowdot;
+          at::vec::convert(res, dq + bh * n + i * P.D, P.D);
+        }
+      } else {
+        float* res = dqp + bh * n;
+        if (chunks > 1) {
+          res = dq + bh * n;
+          std::memcpy(res, dqp + bh * n, sizeof(float) * n);
+          for (int64_t c = 1; c < chunks; ++c) {
+            const float* part = dqp + (c * P.B * P.H + bh) * n;
+#pragma omp simd
+            for (int64_t x = 0; x < n; ++x) res[x] += part[x];
+          }
+        }
+        if (!qdq) continue;
+        for (int64_t i = 0; i < P.Lq; ++i) {
+          float rowdot = 0.0f;
+#pragma omp simd reduction(+ : rowdot)
+          for (int64_t x = 0; x < P.D; ++x) rowdot += qq[i * P.D + x] * res[i * P.D + x];
+          acc += rowdot;
         }
       }
-      if (!qdq) continue;
-      const float* qq = P.q + bh * n;
-      double acc = 0.0;
-      for (int64_t i = 0; i < P.Lq; ++i) {
-        float row = 0.0f;
-#pragma omp simd reduction(+ : row)
-        for (int64_t x = 0; x < P.D; ++x) row += qq[i * P.D + x] * res[i * P.D + x];
-        acc += row;
-      }
-      qdq[bh] = acc;
+      if (qdq) qdq[bh] = acc;
     }
   }
 };
 
 Problem make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& b,
                      const at::Tensor& n, const c10::optional<at::Tensor>& mask, bool causal, double scale,
-                     int64_t bq, int64_t bk, bool allow_bf16 = false) {
+                     int64_t bq, int64_t bk) {
   const auto dt = q.scalar_type();
-  TORCH_CHECK((dt == at::kFloat || (dt == at::kBFloat16 && allow_bf16)) && k.scalar_type() == dt &&
-              v.scalar_type() == dt, "ssa_hf fused kernel: float32 inputs expected (bfloat16 for the forward)");
+  TORCH_CHECK((dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf) && k.scalar_type() == dt &&
+              v.scalar_type() == dt, "ssa_hf fused kernel: q, k, v of one dtype, float32, bfloat16 or float16");
   TORCH_CHECK(b.numel() == 0 || (b.scalar_type() == at::kFloat && n.scalar_type() == at::kFloat),
               "ssa_hf fused kernel: float32 b and n expected");
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "ssa_hf fused kernel: contiguous inputs expected");
   Problem P{};
-  if (dt == at::kFloat) {
-    P.q = q.data_ptr<float>(); P.k = k.data_ptr<float>(); P.v = v.data_ptr<float>();
-  } else {
-    P.q16 = q.data_ptr<at::BFloat16>(); P.k16 = k.data_ptr<at::BFloat16>(); P.v16 = v.data_ptr<at::BFloat16>();
-  }
+  P.qx = q.data_ptr(); P.kx = k.data_ptr(); P.vx = v.data_ptr();
+  P.dtype = dt;
   P.B = q.size(0); P.H = q.size(1); P.Lq = q.size(2); P.D = q.size(3);
   P.Hkv = k.size(1); P.Lk = k.size(2); P.Dv = v.size(3); P.G = P.H / P.Hkv;
   const bool ssa = b.numel() > 0;
@@ -361,7 +445,7 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor&
                                           const c10::optional<at::Tensor>& mask, bool causal, double scale,
                                           int64_t bq, int64_t bk, bool need_lse, double fixed_max,
                                           double serial_flops) {
-  Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk, /*allow_bf16=*/true);
+  Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
   P.fixed_max = (float)fixed_max;
   at::Tensor out = at::empty({P.B, P.H, P.Lq, P.Dv}, q.options());
   at::Tensor lse = at::empty({need_lse ? P.B : 0, P.H, P.Lq}, q.options().dtype(at::kFloat));
@@ -381,8 +465,11 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor&
   const int64_t nqb = (P.Lq + P.bq - 1) / P.bq;
   std::atomic<bool> nonfinite{false};
   float* lsep = need_lse ? lse.data_ptr<float>() : nullptr;
-  if (P.q16) {
+  if (P.dtype == at::kBFloat16) {
     Forward<at::BFloat16> f{P, out.data_ptr<at::BFloat16>(), lsep, nqb, &nonfinite};
+    run_items(nqb * P.B * P.Hkv, f, problem_flops(P) < serial_flops);
+  } else if (P.dtype == at::kHalf) {
+    Forward<at::Half> f{P, out.data_ptr<at::Half>(), lsep, nqb, &nonfinite};
     run_items(nqb * P.B * P.Hkv, f, problem_flops(P) < serial_flops);
   } else {
     Forward<float> f{P, out.data_ptr<float>(), lsep, nqb, &nonfinite};
@@ -402,15 +489,21 @@ std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout, const at::Ten
                                            int64_t bq, int64_t bk, bool need_bn, double serial_flops) {
   Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
   TORCH_CHECK(dout.is_contiguous() && out.is_contiguous() && lse.is_contiguous(), "ssa_hf fused kernel: contiguous tensors expected");
+  TORCH_CHECK(dout.scalar_type() == P.dtype && out.scalar_type() == P.dtype && lse.scalar_type() == at::kFloat,
+              "ssa_hf fused kernel: dout and out in the dtype of q, lse in float32");
   const bool bn = need_bn && P.b != nullptr;
+  const bool reduced = P.dtype != at::kFloat;
   if (P.Lq == 0) return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kDouble)), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kDouble))};
   const int64_t nkb = P.Lk == 0 ? 0 : (P.Lk + P.bk - 1) / P.bk;
   // enough items for every thread: split the key blocks of a (batch, kv head) when there are few of those
   const int64_t want = 4 * (int64_t)at::get_num_threads();
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(nkb, (want + P.B * P.Hkv - 1) / (P.B * P.Hkv)));
-  // uninitialised: every item zeroes what it owns (a zero-fill here would be one more parallel region)
-  at::Tensor dqp = at::empty({chunks, P.B, P.H, P.Lq, P.D}, q.options());
-  at::Tensor dq = chunks == 1 ? dqp[0] : at::empty_like(q);
+  // uninitialised: every item zeroes what it owns (a zero-fill here would be one more parallel region).  The fp32
+  // partial dq: float32 calls with one chunk write the result there; bf16/fp16 calls with one chunk keep it in
+  // each item's scratch (none here)
+  const auto f32 = q.options().dtype(at::kFloat);
+  at::Tensor dqp = (reduced && chunks == 1) ? at::empty({0}, f32) : at::empty({chunks, P.B, P.H, P.Lq, P.D}, f32);
+  at::Tensor dq = (!reduced && chunks == 1) ? dqp[0] : at::empty_like(q);
   at::Tensor dk = at::empty_like(k);
   at::Tensor dv = at::empty_like(v);
   at::Tensor dnp = bn ? at::zeros({chunks, P.B, P.H}, q.options().dtype(at::kDouble)) : at::Tensor();
@@ -421,11 +514,19 @@ std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout, const at::Ten
     std::unique_ptr<std::atomic<int32_t>[]> done(new std::atomic<int32_t>[P.B * P.Hkv]);
     for (int64_t x = 0; x < P.B * P.Hkv; ++x) done[x] = 0;
     std::atomic<bool> nonfinite{false};
-    Backward f{P, dout.data_ptr<float>(), out.data_ptr<float>(), lse.data_ptr<float>(), dqp.data_ptr<float>(),
-               dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr<float>(),
-               bn ? dnp.data_ptr<double>() : nullptr, bn ? qdq.data_ptr<double>() : nullptr, nkb, chunks,
-               done.get(), &nonfinite};
-    run_items(P.B * P.Hkv * chunks, f, problem_flops(P) < serial_flops);
+    double* dnpp = bn ? dnp.data_ptr<double>() : nullptr;
+    double* qdqp = bn ? qdq.data_ptr<double>() : nullptr;
+    const bool serial = problem_flops(P) < serial_flops;
+    auto launch = [&](auto zero) {
+      using T = decltype(zero);
+      Backward<T> f{P, dout.data_ptr<T>(), out.data_ptr<T>(), lse.data_ptr<float>(), dqp.data_ptr<float>(),
+                    dq.data_ptr<T>(), dk.data_ptr<T>(), dv.data_ptr<T>(), dnpp, qdqp, nkb, chunks, done.get(),
+                    &nonfinite};
+      run_items(P.B * P.Hkv * chunks, f, serial);
+    };
+    if (P.dtype == at::kBFloat16) launch(at::BFloat16(0.0f));
+    else if (P.dtype == at::kHalf) launch(at::Half(0.0f));
+    else launch(0.0f);
     if (nonfinite.load()) return {};  // the torch path propagates inf/NaN as eager attention does
   }
   at::Tensor dn_sum, db_sum;

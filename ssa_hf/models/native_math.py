@@ -6,7 +6,7 @@ part 2 closes) and builds them.  Part of the remote-code unit (a string, no impo
 MATH_SOURCE = r"""
 // SSA / softmax attention for CPU: one parallel region per call (torch's intra-op pool), tile products
 // through the CPU BLAS (MKL's sgemm_ as linked into torch), scoring, masking and online normalisation fused
-// in between.  float32 only; see blockwise.py for the layouts and the torch oracle.
+// in between.  float32, bfloat16 and float16 inputs (fp32 statistics and accumulation); see blockwise.py for the layouts and the torch oracle.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
@@ -114,8 +114,8 @@ struct Row {
 };
 
 struct Problem {
-  const float *q, *k, *v;      // [B, H, Lq, D], [B, Hkv, Lk, D], [B, Hkv, Lk, Dv] (float32 calls)
-  const at::BFloat16 *q16, *k16, *v16;  // the same in bfloat16 (bf16 forward calls; then q, k, v are null)
+  const void *qx, *kx, *vx;    // [B, H, Lq, D], [B, Hkv, Lk, D], [B, Hkv, Lk, Dv] in the call's dtype (T below)
+  at::ScalarType dtype;        // float32, bfloat16 or float16
   int64_t B, H, Hkv, G, Lq, Lk, D, Dv;
   const float *b, *n;          // [H] (ssa) or nullptr (softmax)
   float scale;
@@ -125,6 +125,10 @@ struct Problem {
   int64_t bq, bk;              // query positions per work item, keys per tile
   float fixed_max;             // largest row bound for which the forward uses it as a fixed row offset
   bool bounded;                // forward: compute row bounds (false: online maximum for every row)
+
+  template <typename T> const T* q() const { return static_cast<const T*>(qx); }
+  template <typename T> const T* k() const { return static_cast<const T*>(kx); }
+  template <typename T> const T* v() const { return static_cast<const T*>(vx); }
 
   // visible keys of query position i in the key tile [j0, j0 + C) of (batch bi, head h)
   inline Row row(int64_t bi, int64_t h, int64_t i, int64_t j0, int64_t C) const {

@@ -261,18 +261,34 @@ def test_custom_scale_and_value_dim():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_inputs(dtype):
-    q, k, v, b, n = _inputs(2, 4, 2, 30, 30, 16, seed=12, big=20.0)  # large scores: the literal power overflows
-    qh, kh, vh = (t.to(dtype).requires_grad_(True) for t in (q, k, v))
-    out = blockwise_attention(qh, kh, vh, b, n, is_causal=True, block_size=8)
-    assert out.dtype == dtype and torch.isfinite(out).all()
-    ref = blockwise_attention(qh.detach().float(), kh.detach().float(), vh.detach().float(), b, n, is_causal=True,
-                              block_size=8)
+@pytest.mark.parametrize("Lq, Lk", [(30, 30), (1, 30), (3, 40)], ids=["square", "decode", "few-rows"])
+def test_half_precision_inputs(dtype, Lq, Lk, kernel):
+    """fp16/bf16 inputs, read in their own dtype by the fused kernel forward and backward (grouped-query heads,
+    several key tiles and query blocks, chunked key blocks): outputs and gradients in the input dtype, close to
+    the float32 computation on the same rounded inputs, and the b/n gradients float32.  Large scores for the
+    forward (the literal power would overflow in fp16); moderate ones for the gradients, whose b/n sums over
+    every score amplify the rounding of the saved output."""
+    causal = Lq == Lk
     tol = 1e-2 if dtype == torch.float16 else 3e-2
-    torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol)
-    out.float().sum().backward()
-    for t in (qh, kh, vh):
-        assert t.grad.dtype == dtype and torch.isfinite(t.grad.float()).all()
+    for big, grads in ((20.0, False), (2.0, True)):
+        q, k, v, b, n = _inputs(2, 4, 2, Lq, Lk, 16, seed=12, big=big)
+        b, n = b.requires_grad_(True), n.requires_grad_(True)
+        qh, kh, vh = (t.to(dtype).requires_grad_(True) for t in (q, k, v))
+        qf, kf, vf = (t.detach().float().requires_grad_(True) for t in (qh, kh, vh))
+        bf, nf = (t.detach().clone().requires_grad_(True) for t in (b, n))
+        out = blockwise_attention(qh, kh, vh, b, n, is_causal=causal, block_size=8)
+        assert out.dtype == dtype and torch.isfinite(out).all()
+        ref = blockwise_attention(qf, kf, vf, bf, nf, is_causal=causal, block_size=8)
+        torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol)
+        if not grads:
+            continue
+        dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(13))
+        (out.float() * dout).sum().backward()
+        (ref * dout).sum().backward()
+        for got, want in ((qh, qf), (kh, kf), (vh, vf), (b, bf), (n, nf)):
+            assert got.grad.dtype == (torch.float32 if got is b or got is n else dtype)
+            scale = want.grad.abs().max().item()
+            assert (got.grad.float() - want.grad).abs().max().item() <= 2 * tol * scale
 
 
 def test_gradcheck_float64():
@@ -405,17 +421,18 @@ def test_no_grad_calls_skip_the_op_and_give_its_result():
     assert type(out).__name__ == "FakeTensor" and out.shape == (1, 4, 24, 8)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "padding-mask"])
-def test_bfloat16_error_within_sdpa_bfloat16_error(is_causal, masked, kernel):
-    """bf16 inputs (read as bf16 by the fused forward, P rounded to bf16 for P V as SDPA does): the error
-    against the float64 oracle is at most 1.5x SDPA's own bf16 error on the same inputs (softmax, like for like;
-    and SSA against SDPA's softmax error, the same rounding steps), forward and input gradients; outputs are
-    bf16."""
+def test_reduced_precision_error_within_sdpa_error(dtype, is_causal, masked, kernel):
+    """bf16 and fp16 inputs (read in their own dtype by the fused forward and backward, fp32 tile products and
+    accumulation): the error against the float64 oracle is at most 1.5x SDPA's own error in that dtype on the
+    same inputs (softmax, like for like; and SSA against SDPA's softmax error, the same rounding steps), forward
+    and input gradients; outputs and gradients are in the input dtype."""
     B, H, L, D = 2, 4, 70, 32
     q, k, v, b, n = _inputs(B, H, H, L, L, D, seed=40, big=1.0)
     mask = _padding_mask(B, L, L, seed=40) if masked else None
-    q16, k16, v16 = (t.bfloat16() for t in (q, k, v))
+    q16, k16, v16 = (t.to(dtype) for t in (q, k, v))
     gen = torch.Generator().manual_seed(41)
     dout = torch.randn(B, H, L, D, generator=gen, dtype=torch.float64)
 
@@ -439,18 +456,20 @@ def test_bfloat16_error_within_sdpa_bfloat16_error(is_causal, masked, kernel):
                                                         is_causal=is_causal, block_size=32), q16, k16, v16)
     ours_ssa = run(lambda q, k, v: blockwise_attention(q, k, v, b, n, attn_mask=mask, is_causal=is_causal,
                                                        block_size=32), q16, k16, v16)
-    assert ours_soft[0].dtype == torch.bfloat16 and ours_ssa[0].dtype == torch.bfloat16
+    assert all(t.dtype == dtype for t in ours_soft + ours_ssa)
     for got, want in ((ours_soft, want_soft), (ours_ssa, want_ssa)):
         for name, e, s in zip(("out", "dq", "dk", "dv"), err(got, want), sdpa):
             assert e <= 1.5 * s, f"{kernel} {name}: error {e:.3g} > 1.5 x SDPA's {s:.3g}"
 
 
-def test_bfloat16_op_matches_its_fake_kernel(kernel):
-    """torch.library.opcheck on bf16 inputs: the fake kernel's output dtypes (bf16 out, fp32 lse) are the real
-    ones on every path, and autograd through the op works (what torch.compile and torch.export rely on)."""
-    q, k, v, b, n = _inputs(1, 4, 2, 20, 20, 8, seed=42, big=1.0, dtype=torch.bfloat16)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reduced_precision_op_matches_its_fake_kernel(dtype, kernel):
+    """torch.library.opcheck on bf16 and fp16 inputs: the fake kernel's output dtypes (out in the input dtype,
+    fp32 lse) are the real ones on every path, and autograd through the op works (what torch.compile and
+    torch.export rely on)."""
+    q, k, v, b, n = _inputs(1, 4, 2, 20, 20, 8, seed=42, big=1.0, dtype=dtype)
     q, k, v = (t.requires_grad_(True) for t in (q, k, v))
     args = (q, k, v, b.float(), n.float(), None, True, 8 ** -0.5, 8, 8)
     out, lse = bw.attention_forward(*args)
-    assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    assert out.dtype == dtype and lse.dtype == torch.float32
     torch.library.opcheck(bw.attention_forward, args)

@@ -96,3 +96,29 @@ def test_default_compile_training_step_matches_eager(scoring):
     assert all(p.grad is not None for n, p in model.named_parameters() if ".scoring." in n)
     for (name, p), (_, e) in zip(model.named_parameters(), twin.named_parameters()):
         torch.testing.assert_close(p.grad, e.grad, atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_bfloat16_model_compiles_and_exports_with_the_native_op():
+    """A bf16 model (the kernel reads and writes bf16 itself, forward and backward): a fullgraph aot_eager
+    training step gives eager's loss and gradients, and torch.export keeps the SSA op with bf16 in and out."""
+    model = build("llama").to(torch.bfloat16).train()
+    kwargs = _inputs("llama")
+    labels = kwargs["input_ids"].masked_fill(kwargs["attention_mask"] == 0, -100)
+    loss = model(**kwargs, labels=labels).loss
+    loss.backward()
+    want = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    got = torch.compile(model, fullgraph=True, backend="aot_eager")(**kwargs, labels=labels).loss
+    got.backward()
+    torch.testing.assert_close(got, loss, rtol=1e-2, atol=1e-2)
+    for name, p in model.named_parameters():
+        if name in want:
+            assert p.grad.dtype == torch.bfloat16
+            torch.testing.assert_close(p.grad.float(), want[name].float(), rtol=2e-2, atol=1e-2, msg=name)
+    model.eval()
+    program = torch.export.export(model, (), kwargs)
+    assert "ssa_hf.attention_forward" in str(program.graph)
+    with torch.no_grad():
+        logits = model(**kwargs).logits
+    assert logits.dtype == torch.bfloat16
+    torch.testing.assert_close(program.module()(**kwargs).logits.float(), logits.float(), rtol=1e-2, atol=1e-2)

@@ -5,6 +5,7 @@ The cache rules are exercised on a tiny C++ source (it builds in seconds); the k
 against the float64 oracle are in test_blockwise.py."""
 
 import os
+import platform
 import stat
 import subprocess
 import sys
@@ -400,7 +401,7 @@ def test_avx2_build_matches_the_oracle(monkeypatch):
     the per-score pass and whole calls (GQA, padding mask, causal; softmax; bf16) against float64."""
     if not {"avx2", "fma", "f16c"} <= _cpu_flags():
         pytest.skip("no AVX2 on this CPU")
-    flags = native.native_flags({"avx2", "fma", "f16c"})
+    flags = native.native_flags({"avx2", "fma", "f16c"}, isa="avx2")  # what SSA_HF_KERNEL_ISA=avx2 builds
     name = f"ssa_hf_native_{native._build_key(flags)}"
     native.load_library(name, native.NATIVE_SOURCE, flags + [f"-DSSA_HF_NS={name}"])
     ops = getattr(torch.ops, name)
@@ -436,3 +437,24 @@ def test_avx2_build_matches_the_oracle(monkeypatch):
         torch.testing.assert_close(out.float(), ref, rtol=1e-2, atol=1e-2)
     finally:
         native.set_native_enabled(None)
+
+
+def test_kernel_isa_is_read_from_the_environment_and_checked(monkeypatch):
+    """SSA_HF_KERNEL_ISA builds for less than this CPU has (avx2: -march=haswell, 8 lanes; portable: no -march),
+    each its own cache key; a value it does not know, or avx2 on a CPU without it, fails with what to set."""
+    avx2 = {"avx2", "fma", "f16c"}
+    monkeypatch.delenv("SSA_HF_KERNEL_ISA", raising=False)
+    assert native.kernel_isa() == "native"
+    if platform.machine() in ("x86_64", "AMD64"):
+        flags = native.native_flags(avx2, isa="avx2")
+        assert "-march=haswell" in flags and "-march=native" not in flags and "-DCPU_CAPABILITY_AVX2" in flags
+        with pytest.raises(ValueError, match="lacks AVX2"):
+            native.native_flags(set(), isa="avx2")
+    assert native.native_flags(avx2, isa="portable") == native.FLAGS_PORTABLE
+    keys = {native._build_key(native.native_flags(avx2, isa=isa)) for isa in ("native", "portable")}
+    assert len(keys) == 2
+    monkeypatch.setenv("SSA_HF_KERNEL_ISA", "Portable")
+    assert native.kernel_isa() == "portable" and native.native_flags() == native.FLAGS_PORTABLE
+    monkeypatch.setenv("SSA_HF_KERNEL_ISA", "avx1024")
+    with pytest.raises(ValueError, match="SSA_HF_KERNEL_ISA='avx1024'"):
+        native.native_flags()
