@@ -25,9 +25,10 @@ inline void transpose_bf16(const at::BFloat16* src, int64_t rows, int64_t cols, 
 }
 
 
-// T: the element type of q, k, v and out: float; at::BFloat16 (Q K^T as bf16 x bf16 -> fp32 tile products); or
-// at::Half (the item's query rows and each key tile converted to fp32 for sgemm: CPUs without AVX512-FP16 or
-// AMX-FP16 have no fp16 dot product, and brgemm's fp16 fallback measured half sgemm's speed here).  Statistics and
+// T: the element type of q, k, v and out: float; at::BFloat16 (Q K^T as bf16 x bf16 -> fp32 brgemm on CPUs with
+// AMX, else as at::Half: bf16_brgemm()); or at::Half (the item's query rows and each key tile converted to fp32 for
+// sgemm: CPUs without AVX512-FP16 or AMX-FP16 have no fp16 dot product, and brgemm's fp16 fallback measured half
+// sgemm's speed here).  Statistics and
 // accumulation are fp32, and P V is an fp32 product from a float copy of the value tile: rounding P to bf16 instead
 // (as SDPA's flash kernel does) doubled the output error against float64 on the test shapes, and the tile copy
 // costs 1/rows of its product.
@@ -47,14 +48,14 @@ struct Forward {
     std::vector<float> s, acc, m, l, alpha;
     std::vector<at::BFloat16> kt;  // bf16: a key tile transposed ([D x bk])
     std::vector<float> vt;         // bf16, fp16: a value tile as float ([bk x Dv])
-    std::vector<float> qf, kf;     // fp16: the item's query rows and a key tile as float
+    std::vector<float> qf, kf;     // fp16 (and bf16 without brgemm): the item's query rows and a key tile as float
     explicit Scratch(const Forward& f) {
       const int64_t rows = f.P.G * f.P.bq;
       q.resize(rows * f.P.D); s.resize(rows * f.P.bk); acc.resize(rows * f.P.Dv);
       m.resize(rows); l.resize(rows); alpha.resize(rows);
       if (kBf16) kt.resize(f.P.D * f.P.bk);
       if (kReduced) vt.resize(f.P.bk * f.P.Dv);
-      if (kHalf) { qf.resize(rows * f.P.D); kf.resize(f.P.bk * f.P.D); }
+      if (kReduced) { qf.resize(rows * f.P.D); kf.resize(f.P.bk * f.P.D); }
     }
   };
 
@@ -76,7 +77,8 @@ struct Forward {
       const int64_t h = hk * P.G + g;
       std::memcpy(w.q.data() + g * R * P.D, qp() + ((bi * P.H + h) * P.Lq + i0) * P.D, sizeof(T) * R * P.D);
     }
-    if constexpr (kHalf) at::vec::convert(w.q.data(), w.qf.data(), rows * P.D);
+    const bool brgemm = kBf16 && bf16_brgemm();
+    if (kReduced && !brgemm) at::vec::convert(w.q.data(), w.qf.data(), rows * P.D);
     // Rows whose bound is small enough use it as a fixed offset (no running maximum); computed here, inside the
     // call's one parallel region, since every barrier costs a scheduler slice on a busy machine
     bool fixed = P.bounded;
@@ -95,12 +97,16 @@ struct Forward {
       float* S = w.s.data();
       if (rows <= kFewRows) {
         few_rows_scores(w.q.data(), kb + j0 * P.D, rows, C, P.D, S, P.bk);
-      } else if constexpr (kBf16) {
-        transpose_bf16(kb + j0 * P.D, C, P.D, P.D, w.kt.data(), C);
-        gemm_bf16(rows, C, P.D, w.q.data(), P.D, w.kt.data(), C, false, S, P.bk);
-      } else if constexpr (kHalf) {
-        at::vec::convert(kb + j0 * P.D, w.kf.data(), C * P.D);
-        gemm(false, true, rows, C, P.D, 1.0f, w.qf.data(), P.D, w.kf.data(), P.D, 0.0f, S, P.bk);
+      } else if constexpr (kReduced) {
+        if (brgemm) {
+          if constexpr (kBf16) {
+            transpose_bf16(kb + j0 * P.D, C, P.D, P.D, w.kt.data(), C);
+            gemm_bf16(rows, C, P.D, w.q.data(), P.D, w.kt.data(), C, false, S, P.bk);
+          }
+        } else {
+          at::vec::convert(kb + j0 * P.D, w.kf.data(), C * P.D);
+          gemm(false, true, rows, C, P.D, 1.0f, w.qf.data(), P.D, w.kf.data(), P.D, 0.0f, S, P.bk);
+        }
       } else {
         gemm(false, true, rows, C, P.D, 1.0f, w.q.data(), P.D, kb + j0 * P.D, P.D, 0.0f, S, P.bk);
       }
@@ -583,6 +589,13 @@ at::Tensor ssa_score_pass(at::Tensor s, at::Tensor dp, double scale, double b, d
   return out;
 }
 
+// The bf16 forward's Q K^T products: -1 as the CPU suits (brgemm with AMX), 0 fp32 on converted tiles, 1 brgemm;
+// returns whether brgemm is in use.
+bool ssa_set_bf16_brgemm(int64_t mode) {
+  g_bf16_brgemm.store((int)mode);
+  return bf16_brgemm();
+}
+
 int64_t ssa_set_portable(bool portable) {
   g_portable.store(portable);
   return vector_path() ? vector_lanes() : 0;
@@ -593,6 +606,7 @@ TORCH_LIBRARY(SSA_HF_NS, m) {
   m.def("parallel_regions", &ssa_parallel_regions);
   m.def("vector_lanes", &ssa_vector_lanes);
   m.def("set_portable", &ssa_set_portable);
+  m.def("set_bf16_brgemm", &ssa_set_bf16_brgemm);
   m.def("score_pass", &ssa_score_pass);
   m.def("forward", &ssa_fused_forward);
   m.def("backward", &ssa_fused_backward);
