@@ -269,7 +269,8 @@ def test_custom_scale_and_value_dim():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("Lq, Lk", [(30, 30), (1, 30), (3, 40)], ids=["square", "decode", "few-rows"])
-def test_half_precision_inputs(dtype, Lq, Lk, kernel):
+@pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "padding-and-empty-row"])
+def test_half_precision_inputs(dtype, Lq, Lk, masked, kernel):
     """fp16/bf16 inputs, read in their own dtype by the fused kernel forward and backward (grouped-query heads,
     several key tiles and query blocks, chunked key blocks): outputs and gradients in the input dtype, close to
     the float32 computation on the same rounded inputs, and the b/n gradients float32.  Large scores for the
@@ -277,21 +278,29 @@ def test_half_precision_inputs(dtype, Lq, Lk, kernel):
     every score amplify the rounding of the saved output."""
     causal = Lq == Lk
     tol = 1e-2 if dtype == torch.float16 else 3e-2
+    mask = None
+    if masked:  # padding, and one query row that sees no key at all (output 0, no gradient)
+        mask = _padding_mask(2, Lq, Lk, seed=5)
+        mask[1, :, Lq - 1, :] = False
     for big, grads in ((20.0, False), (2.0, True)):
         q, k, v, b, n = _inputs(2, 4, 2, Lq, Lk, 16, seed=12, big=big)
         b, n = b.requires_grad_(True), n.requires_grad_(True)
         qh, kh, vh = (t.to(dtype).requires_grad_(True) for t in (q, k, v))
         qf, kf, vf = (t.detach().float().requires_grad_(True) for t in (qh, kh, vh))
         bf, nf = (t.detach().clone().requires_grad_(True) for t in (b, n))
-        out = blockwise_attention(qh, kh, vh, b, n, is_causal=causal, block_size=8)
+        out = blockwise_attention(qh, kh, vh, b, n, attn_mask=mask, is_causal=causal, block_size=8)
         assert out.dtype == dtype and torch.isfinite(out).all()
-        ref = blockwise_attention(qf, kf, vf, bf, nf, is_causal=causal, block_size=8)
+        ref = blockwise_attention(qf, kf, vf, bf, nf, attn_mask=mask, is_causal=causal, block_size=8)
+        if masked:
+            assert not out[1, :, Lq - 1].any()
         torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol)
         if not grads:
             continue
         dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(13))
         (out.float() * dout).sum().backward()
         (ref * dout).sum().backward()
+        if masked:
+            assert not qh.grad[1, :, Lq - 1].any()
         for got, want in ((qh, qf), (kh, kf), (vh, vf), (b, bf), (n, nf)):
             assert got.grad.dtype == (torch.float32 if got is b or got is n else dtype)
             scale = want.grad.abs().max().item()
