@@ -4,8 +4,8 @@
 Cells: for each sequence length L and mode, SDPA softmax (the baseline) and every backend of ssa-hf's registry
 (`ssa_hf.BACKENDS`) for each scoring function (default softmax, ssa, linear, cosformer; a backend that cannot run
 a cell says why in the table), plus `blockwise-direct` (the blockwise kernel called with is_causal=True, no mask).
-Modes: `fwd` (no grad), `fwd+bwd` (causal, gradients for q, k, v and for SSA's b, n) and `decode` (one query
-token against a KV cache of L keys, no grad, no mask).
+Modes: `fwd` (no grad), `fwd+bwd` (gradients for q, k, v and for SSA's b, n), both causal unless `--no-causal`,
+and `decode` (one query token against a KV cache of L keys, no grad, no mask).
 
 Each cell runs in a fresh child process (allocator state and compiled caches of one variant cannot bias
 another) that measures:
@@ -98,7 +98,7 @@ def _make_call(cell: dict, variant: str, scoring: str):
     B, H, Hkv, D = cell["batch"], cell["heads"], cell["kv_heads"], cell["head_dim"]
     dtype = getattr(torch, cell["dtype"])
     q_len = 1 if mode == "decode" else length
-    causal = mode != "decode"
+    causal = mode != "decode" and cell.get("causal", True)
     gqa = Hkv != H
     g = torch.Generator().manual_seed(0)
     q = torch.randn(B, H, q_len, D, generator=g).to(dtype).requires_grad_(train)
@@ -296,19 +296,20 @@ def gemm_peak_gflops(dtype_name: str, threads: int, size: int = 2048, seconds: f
     return 2.0 * size ** 3 / best / 1e9
 
 
-def attention_flops(mode: str, batch: int, heads: int, length: int, head_dim: int) -> float:
+def attention_flops(mode: str, batch: int, heads: int, length: int, head_dim: int, causal: bool = True) -> float:
     """Useful flops of one call: 2 (forward) or 6 (fwd+bwd) products of 2 L_q L_k D flops; causal rows see half."""
     if mode == "decode":
         return 2 * 2.0 * batch * heads * length * head_dim
     products = 2 if mode == "fwd" else 6
-    return products * 2.0 * batch * heads * length * length * head_dim * 0.5
+    return products * 2.0 * batch * heads * length * length * head_dim * (0.5 if causal else 1.0)
 
 
 def _add_shares(rows: list[dict], peaks: dict, cell: dict) -> None:
     peak = peaks.get("bfloat16" if cell["dtype"] == "bfloat16" else "float32")
     for r in rows:
         if "time_s" in r and peak:
-            flops = attention_flops(r["mode"], cell["batch"], cell["heads"], r["length"], cell["head_dim"])
+            flops = attention_flops(r["mode"], cell["batch"], cell["heads"], r["length"], cell["head_dim"],
+                                    cell.get("causal", True))
             r["gemm_share"] = flops / r["time_s"] / 1e9 / peak
 
 
@@ -374,6 +375,7 @@ def main(argv=None) -> int:
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--kv-heads", type=int, default=None, help="key/value heads (GQA); default --heads")
     parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--no-causal", action="store_true", help="fwd and fwd+bwd without the causal mask (full rows)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (compilation)")
@@ -425,6 +427,7 @@ def main(argv=None) -> int:
           + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()), file=sys.stderr, flush=True)
     busy_before = busy_fraction()
     base_cell = {"batch": args.batch, "heads": args.heads, "kv_heads": args.kv_heads or args.heads,
+                 "causal": not args.no_causal,
                  "head_dim": args.head_dim, "dtype": args.dtype, "threads": args.threads, "warmup": args.warmup,
                  "budget_s": args.budget_s}
     rows = []
@@ -462,7 +465,7 @@ def main(argv=None) -> int:
                "torch": torch.__version__, "python": platform.python_version(), "isa": args.isa,
                "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "isa_env": isa_env,
                "shape": f"B={args.batch} H={args.heads} Hkv={args.kv_heads or args.heads} D={args.head_dim} "
-                        f"{args.dtype}, causal (decode: 1 query, no mask)",
+                        f"{args.dtype}, {'non-causal' if args.no_causal else 'causal'} (decode: 1 query, no mask)",
                "repeats": args.repeats, "decode_repeats": args.decode_repeats, "malloc_env": MALLOC_ENV,
                "busy_before": busy_before, "load": args.load, "busy_after": busy_fraction(), "wall_s": round(time.perf_counter() - started, 1)}
     text = paired_table(rows) if args.load else table(rows)

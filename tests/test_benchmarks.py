@@ -34,6 +34,18 @@ def test_bench_attention_cells_and_ratios(tmp_path):
             assert row["extra_mb"] > 0
 
 
+def test_bench_attention_float16_non_causal(tmp_path):
+    rows = _run("bench_attention.py", "--lengths", "40", "--modes", "fwd", "fwd+bwd", "--variants", "sdpa softmax",
+                "blockwise ssa", "--repeats", "1", "--warmup", "1", "--dtype", "float16", "--no-causal",
+                tmp_path=tmp_path)
+    machine = json.loads((tmp_path / "bench.json").read_text())["machine"]
+    assert "non-causal" in machine["shape"] and "float16" in machine["shape"] and machine["isa"] == "native"
+    assert machine["torch_cpu_capability"]
+    for row in rows:
+        assert "error" not in row, row
+        assert row["time_s"] > 0 and row["time_ratio"] > 0 and row["gemm_share"] > 0
+
+
 def test_bench_model_rows(tmp_path):
     rows = _run("bench_model.py", "--presets", "tiny_llama", "--lengths", "32", "--steps", "1", "--warmup", "1",
                 "--new-tokens", "3", "--decode-repeats", "1", tmp_path=tmp_path)
