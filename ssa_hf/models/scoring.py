@@ -447,6 +447,11 @@ class ScoringModule(nn.Module):
         """[(registry entry, its query heads, {parameter: [len(heads)] tensor})], one per scoring function."""
         raise NotImplementedError
 
+    def parameter_problems(self, prefix: str = "") -> list[str]:
+        """'{prefix}{name}: reason' for every parameter value that is not finite or out of its range (empty: all
+        valid). The attention functions run it whenever the module's tensors have changed, before they are used."""
+        raise NotImplementedError
+
 
 def register_scoring_function(entry: ScoringFunction | LinearAttention) -> None:
     """Add an entry (its parameters' config fields, validation and docs follow from its declarations)."""
