@@ -83,11 +83,11 @@ def _check_inputs(query, key, value, attn_mask, scale, dropout_p) -> None:
             raise ValueError(f"attn_mask is on {attn_mask.device} and query on {query.device}; move it with .to(query.device)")
     if scale is not None and not (is_real(scale) and math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a finite number > 0 (or None for 1/sqrt(head_dim)), got {scale!r}")
-    if not (is_real(dropout_p) and 0.0 <= dropout_p < 1.0):
+    if not (dropout_p == 0.0 and type(dropout_p) in (float, int) or is_real(dropout_p) and 0.0 <= dropout_p < 1.0):
         raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
 
 
-def _as_head_tensor(value, heads: int, name: str, device, positive: bool) -> Tensor:
+def _as_head_tensor(value, heads: int, name: str, device, positive: bool, compiling: bool = False) -> Tensor:
     if isinstance(value, Tensor):
         tensor = value
         if tensor.dtype == torch.bool or tensor.is_complex():
@@ -98,7 +98,7 @@ def _as_head_tensor(value, heads: int, name: str, device, positive: bool) -> Ten
             tensor = tensor.to(device)
         if tensor.dim() > 1 or tensor.numel() not in (1, heads):
             raise ValueError(f"{name} must be a scalar or a tensor of shape [num_heads={heads}], got shape {tuple(tensor.shape)}")
-        if not torch.compiler.is_compiling():
+        if not compiling:
             # one read of the (per-head, so few) values and checks in Python: four reductions with a host sync each
             # cost more than a decoding step's kernel call
             values = tensor.tolist()
@@ -112,9 +112,10 @@ def _as_head_tensor(value, heads: int, name: str, device, positive: bool) -> Ten
 
 
 def _check_head_values(name: str, values: list, positive: bool) -> None:
-    if not all(math.isfinite(x) for x in values):
+    # a finite sum means every value is finite (NaN and inf propagate); only a failing row is looked at closely
+    if not math.isfinite(sum(values)) and not all(math.isfinite(x) for x in values):
         raise ValueError(f"{name} must be finite, got {values}")
-    if positive and not all(x > 0 for x in values):
+    if positive and values and not min(values) > 0:
         raise ValueError(f"{name} must be > 0, got {values}")
 
 
@@ -240,10 +241,10 @@ def _head_params(spec, given, heads: int, query, key) -> dict[str, Tensor]:
     _check_param_names(spec, given)
     if getattr(spec, "kind", "rowwise") == "linear":
         given = {**spec.default_params(query.shape[2], key.shape[2]), **given}
-    device, params = query.device, {}
+    device, params, compiling = query.device, {}, torch.compiler.is_compiling()
     for p in spec.parameters:
         if p.name in given:
-            params[p.name] = _as_head_tensor(given[p.name], heads, p.name, device, positive=True)
+            params[p.name] = _as_head_tensor(given[p.name], heads, p.name, device, True, compiling)
         elif not p.optional:
             missing = [q.name for q in spec.parameters if q.name not in given and not q.optional]
             raise ValueError(f"scoring {spec.name!r} needs parameters {list(spec.parameter_names)}; missing {missing}")

@@ -261,8 +261,8 @@ _logged: set = set()
 _CHOICES: dict = {}
 
 
-def _log_once(scoring: str, backend: str, device: torch.device, reason: str) -> None:
-    if torch.compiler.is_compiling():  # logging inside a compiled region would break the graph
+def _log_once(scoring: str, backend: str, device: torch.device, reason: str, compiling: bool) -> None:
+    if compiling:  # logging inside a compiled region would break the graph
         return
     key = (scoring, backend, device.type)
     if key not in _logged:
@@ -291,7 +291,7 @@ def resolve(spec, device: torch.device, needs_grad: bool, dropout: float, q_len:
         chosen = (name, reason)
         if not compiling:
             _CHOICES[key] = chosen
-    _log_once(spec.name, chosen[0], device, chosen[1])
+    _log_once(spec.name, chosen[0], device, chosen[1], compiling)
     return chosen[0]
 
 

@@ -25,6 +25,7 @@ standard library (`entmax` lazily, for the functions that need it).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -336,9 +337,9 @@ class ScoringFunction:
                 raise ValueError(f"scoring function {self.name!r}: give `weights`, `logits` or both")
             object.__setattr__(self, "weights", softmax_family_weights(self.logits, self.needs_row_count))
 
-    @property
+    @functools.cached_property
     def parameter_names(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.parameters)
+        return tuple(p.name for p in self.parameters)  # read per call by the functional API: made once
 
 
 def _entry(name, description, reference_row, **kw) -> ScoringFunction:
