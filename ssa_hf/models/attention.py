@@ -418,11 +418,11 @@ def _capturing_attentions(compiling: bool) -> bool:
     return bool(collected) and ("attentions" in collected or "cross_attentions" in collected)
 
 
-def config_value(config, name: str, default=None):
+def config_value(config, name: str, default=None, compiling: bool | None = None):
     """`config.<name>` for a field stored as an instance attribute, read from the config's own storage past
     transformers' config attribute lookup, which costs microseconds (paid per layer per decoding step); under
     torch.compile (which cannot trace that read) and for a field that is not stored there, through the attribute."""
-    if not torch.compiler.is_compiling():
+    if not (torch.compiler.is_compiling() if compiling is None else compiling):
         stored = object.__getattribute__(config, "__dict__")
         if name in stored:
             return stored[name]
@@ -449,7 +449,7 @@ def make_transformers_attention(backend: str | None):
         if need_weights is None:
             config = getattr(module, "config", None)
             # the storage of ssa-hf's output_attentions property (configuration_common.py); other configs: the attribute
-            need_weights = config is not None and config_value(config, "_output_attentions", None)
+            need_weights = config is not None and config_value(config, "_output_attentions", None, compiling)
             if need_weights is None:
                 need_weights = getattr(config, "output_attentions", False)
         need_weights = bool(need_weights) or _capturing_attentions(compiling)

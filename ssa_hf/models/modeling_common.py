@@ -85,12 +85,19 @@ def _check_scoring_runs(model, args) -> None:
     # calls as it is: no alias applies) is caught too; checked again only when one of the settings it depends on
     # has changed (a decoding step is a forward per token; transformers' config attribute lookup costs
     # microseconds, so the ssa-hf field is read from the config's own storage)
-    config = model.config
-    scoring = config_value(config, "attention_scoring")
-    state = (config._attn_implementation, scoring if isinstance(scoring, str) else repr(scoring))
+    config, compiling = model.config, torch.compiler.is_compiling()
+    scoring = config_value(config, "attention_scoring", None, compiling)
+    # transformers keeps the name behind its `_attn_implementation` property in `_attn_implementation_internal`
+    implementation = config_value(config, "_attn_implementation_internal", _UNREAD, compiling)
+    if implementation is _UNREAD:
+        implementation = config._attn_implementation
+    state = (implementation, scoring if isinstance(scoring, str) else repr(scoring))
     if model.__dict__.get("_ssa_checked_state") != state:
         model.assert_scoring_runs()
         model._ssa_checked_state = state
+
+
+_UNREAD = object()
 
 
 def scoring_parameter_problems(model: nn.Module) -> list[str]:
