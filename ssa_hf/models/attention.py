@@ -328,13 +328,20 @@ class LayerState:
         if heads != self.heads or device != self.device:
             return False
         for owner, name, tensor, version, pointer in self.snapshot:
-            if owner.get(name) is not tensor or tensor._version != version or tensor.data_ptr() != pointer:
+            if owner.get(name) is not tensor or tensor.data_ptr() != pointer:
+                return False
+            if type(version) is int:
+                if tensor._version != version:
+                    return False
+            elif not torch.equal(tensor, version):  # an inference tensor: compared with a copy of its values
                 return False
         return True
 
 
 def _snapshot(scoring: torch.nn.Module) -> list:
-    return [(owner, name, tensor, tensor._version, tensor.data_ptr())
+    # tensors made under torch.inference_mode have no version counter: a copy of their (few) values stands in
+    return [(owner, name, tensor, tensor.detach().clone() if tensor.is_inference() else tensor._version,
+             tensor.data_ptr())
             for module in scoring.modules() for owner in (module._parameters, module._buffers)
             for name, tensor in owner.items() if tensor is not None]
 

@@ -246,3 +246,20 @@ def test_an_implementation_edited_by_hand_to_softmax_is_refused():
     softmax.config._attn_implementation = "sdpa"
     with torch.no_grad():
         assert softmax(ids).logits.isfinite().all()
+
+
+def test_a_model_made_under_inference_mode_runs_and_still_refuses_a_nan_b():
+    """Tensors made under torch.inference_mode have no version counter: the layer state compares their values
+    instead, so such a model decodes, and an in-place NaN (possible only inside inference mode) is still refused."""
+    from tests.models.tiny import build
+
+    ids = torch.randint(4, 64, (1, 6))
+    with torch.inference_mode():
+        model = build("llama", "ssa").eval()
+        first = model(ids).logits
+        out = model.generate(ids, max_new_tokens=3, min_new_tokens=3, do_sample=False, pad_token_id=0)
+        torch.testing.assert_close(model(ids).logits, first)
+        model.model.layers[0].self_attn.scoring.params["b"].raw[0] = float("nan")
+        with pytest.raises(ValueError, match=r"layer 0 .*scoring\.b: not finite"):
+            model(ids)
+    assert out.shape == (1, 9)
