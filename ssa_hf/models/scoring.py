@@ -25,7 +25,6 @@ standard library (`entmax` lazily, for the functions that need it).
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -332,14 +331,16 @@ class ScoringFunction:
     kind: str = "rowwise"
 
     def __post_init__(self):
+        # read per call by the functional API: made once (a plain attribute, which torch.compile traces)
+        object.__setattr__(self, "_parameter_names", tuple(p.name for p in self.parameters))
         if self.weights is None:
             if self.logits is None:
                 raise ValueError(f"scoring function {self.name!r}: give `weights`, `logits` or both")
             object.__setattr__(self, "weights", softmax_family_weights(self.logits, self.needs_row_count))
 
-    @functools.cached_property
+    @property
     def parameter_names(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.parameters)  # read per call by the functional API: made once
+        return self._parameter_names
 
 
 def _entry(name, description, reference_row, **kw) -> ScoringFunction:
