@@ -20,6 +20,13 @@ Presets: `tiny_llama` and `decoder_114m` (12 layers, hidden 768, 24 heads / 8 ke
 
 Training: tokens/s of forward+backward+AdamW steps (median over steps after warm-up steps).
 Decoding: new tokens/s of greedy `generate` with the KV cache (one-token steps), after a warm-up generate.
+`--decode-steps`: only the per-token decoding step (a forward of one token against a KV cache of each --lengths
+tokens, cropped back after each step), every variant alternating round by round, paired time ratios to the stock
+class. `--decode-calls`: only the public `scored_attention` (argument checks included) against torch's SDPA at
+decode shapes (B=1, Lq=1, --heads x --lengths, D=--head-dim), alternating call batch by call batch.
+
+    python scripts/bench_model.py --decode-steps --presets tiny_llama decoder_114m --threads 1
+    python scripts/bench_model.py --decode-calls --threads 1 --output decode_calls.json
 The three variants of a (preset, length) live side by side and are timed alternately, step by step (the order
 rotating), so that each sees the same load: on a shared or loaded machine, timing one variant after another
 compares the machine's moods, not the variants.
@@ -190,6 +197,91 @@ def generate_call(model, prompt: int, new_tokens: int):
     return call
 
 
+def decode_step_call(model, cache_length: int, steps: int):
+    """A zero-argument function timing `steps` greedy decoding steps (one new token each, KV cache of
+    `cache_length` tokens from a prefill), returning the mean seconds per step; the cache is cropped back after each
+    step so that every step sees the same length."""
+    import torch
+    from transformers import DynamicCache
+
+    model.eval()
+    ids = torch.randint(3, model.config.vocab_size, (1, cache_length), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        cache = DynamicCache(config=model.config)
+        token = model(input_ids=ids, cache=cache, use_cache=True).logits[:, -1:].argmax(-1)
+    position = torch.tensor([cache_length])
+
+    def call() -> float:
+        with torch.no_grad():
+            start = time.perf_counter()
+            for _ in range(steps):
+                model(input_ids=token, cache=cache, use_cache=True, cache_position=position)
+                cache.crop(-1)
+            return (time.perf_counter() - start) / steps
+
+    return call
+
+
+def measure_decode_steps(args, preset: str, length: int) -> list[dict]:
+    """Per-token decoding step of every variant at one (preset, cache length), the variants alternating."""
+    import torch
+
+    dtype = getattr(torch, args.dtype)
+    models = {name: build(preset, scoring, impl, length + 1, dtype) for name, scoring, impl in VARIANTS}
+    calls = {name: decode_step_call(model, length, args.steps_per_round) for name, model in models.items()}
+    alternate(calls, 2)  # warm-up: kernels built, layer states made, caches warm
+    times = alternate(calls, args.rounds, args.min_seconds, max_repeats=max(args.rounds, 2000))
+    rows = []
+    for name, scoring, impl in VARIANTS:
+        rows.append({"preset": preset, "cache_length": length, "variant": name, "attn_implementation": impl,
+                     "step_us": statistics.median(times[name]) * 1e6, "rounds": len(times[name]),
+                     "vs_stock_paired": paired_ratio(times[name], times["stock sdpa"]),
+                     "vs_sdpa_paired": paired_ratio(times[name], times["softmax sdpa"])})
+        print(rows[-1], file=sys.stderr, flush=True)
+    return rows
+
+
+def measure_decode_calls(args) -> list[dict]:
+    """The public `scored_attention` (its argument checks included) against torch's SDPA at decode shapes: one
+    query against Lk keys, batch 1, no mask, no grad, the two alternating call by call."""
+    import torch
+    import torch.nn.functional as F
+
+    from ssa_hf.models.attention import scored_attention
+
+    rows = []
+    for heads in (int(h) for h in split_args(args.heads)):
+        for length in (int(L) for L in split_args(args.lengths)):
+            g = torch.Generator().manual_seed(heads * 7919 + length)
+            q, k, v = (torch.randn(1, heads, n, args.head_dim, generator=g) for n in (1, length, length))
+            b, n = torch.full((heads,), 0.8), torch.full((heads,), 1.5)
+            variants = {
+                "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
+                "scored_attention ssa (tensor b, n)": lambda: scored_attention(q, k, v, "ssa", {"b": b, "n": n}),
+                "scored_attention ssa (float b, n)": lambda: scored_attention(q, k, v, "ssa", {"b": 0.8, "n": 1.5}),
+                "scored_attention softmax": lambda: scored_attention(q, k, v, "softmax"),
+            }
+
+            def timed(fn, count=args.steps_per_round):
+                def call() -> float:
+                    start = time.perf_counter()
+                    for _ in range(count):
+                        fn()
+                    return (time.perf_counter() - start) / count
+                return call
+
+            with torch.no_grad():
+                calls = {name: timed(fn) for name, fn in variants.items()}
+                alternate(calls, 3)
+                times = alternate(calls, args.rounds, args.min_seconds, max_repeats=max(args.rounds, 2000))
+            for name in variants:
+                rows.append({"heads": heads, "kv_length": length, "head_dim": args.head_dim, "variant": name,
+                             "us_per_call": statistics.median(times[name]) * 1e6, "rounds": len(times[name]),
+                             "vs_sdpa_paired": paired_ratio(times[name], times["sdpa"])})
+                print(rows[-1], file=sys.stderr, flush=True)
+    return rows
+
+
 def measure(args, preset: str, length: int) -> list[dict]:
     """Training and decoding rates of every variant at one (preset, length), the variants alternating."""
     import torch
@@ -237,7 +329,9 @@ def _interval(ratio: dict) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", nargs="+", default=["tiny_llama", "decoder_114m"])
-    parser.add_argument("--lengths", nargs="+", default=["256", "1024"])
+    parser.add_argument("--lengths", nargs="+", default=None,
+                        help="sequence lengths (default 256 1024); KV-cache lengths for --decode-steps (default 128 512) "
+                             "and --decode-calls (default 16 128 512)")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--steps", type=int, default=3, help="timed training steps (median)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed training steps first")
@@ -254,8 +348,19 @@ def main(argv=None) -> int:
     parser.add_argument("--load", type=int, default=0,
                         help="busy processes (`while True: pass`) running during the whole measurement, as data-loader "
                              "workers or a second job would")
+    parser.add_argument("--decode-steps", action="store_true",
+                        help="only per-token decoding steps (KV cache of each --lengths), every variant alternating")
+    parser.add_argument("--decode-calls", action="store_true",
+                        help="only the public scored_attention against torch SDPA per decode-shaped call")
+    parser.add_argument("--heads", nargs="+", default=["4", "8", "12"], help="--decode-calls: query heads")
+    parser.add_argument("--head-dim", type=int, default=64, help="--decode-calls: head dim")
+    parser.add_argument("--rounds", type=int, default=30, help="--decode-steps/--decode-calls: timed rounds (median)")
+    parser.add_argument("--steps-per-round", type=int, default=20,
+                        help="--decode-steps/--decode-calls: steps (calls) timed together per variant per round")
     parser.add_argument("--output", default="bench_model.json")
     args = parser.parse_args(argv)
+    if args.lengths is None:
+        args.lengths = ["16", "128", "512"] if args.decode_calls else ["128", "512"] if args.decode_steps else ["256", "1024"]
     pin_malloc_env()
     sys.path.insert(0, str(REPO))
     import torch
@@ -263,6 +368,8 @@ def main(argv=None) -> int:
     import ssa_hf  # noqa: F401  (registers the attention implementations)
 
     torch.set_num_threads(args.threads)
+    if args.decode_steps or args.decode_calls:
+        return decode_main(args)
     plan = [(p, int(L)) for p in split_args(args.presets) for L in split_args(args.lengths)]
     if args.quick:
         plan = QUICK_PLAN
@@ -303,6 +410,56 @@ def main(argv=None) -> int:
     print(text)
     print(f"\nwrote {args.output}")
     return 0
+
+
+def decode_main(args) -> int:
+    """--decode-steps / --decode-calls: a table of per-step (per-call) times and paired cost ratios, and JSON."""
+    import torch
+
+    busy_before, load_before = busy_fraction(), os.getloadavg()
+    with BusyProcesses(args.load):
+        if args.decode_calls:
+            rows = measure_decode_calls(args)
+        else:
+            rows = []
+            for preset in split_args(args.presets):
+                for length in split_args(args.lengths):
+                    rows += measure_decode_steps(args, preset, int(length))
+                    gc.collect()
+    machine = {"cpu": _cpu_name(), "cores": os.cpu_count(), "threads": args.threads, "torch": torch.__version__,
+               "dtype": args.dtype, "rounds": args.rounds, "steps_per_round": args.steps_per_round,
+               "malloc_env": MALLOC_ENV, "busy_before": busy_before, "busy_after": busy_fraction(),
+               "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "busy_processes": args.load}
+    if args.decode_calls:
+        lines = ["| H | Lk | D | variant | us/call | paired x SDPA [95% CI] |", "|---:|---:|---:|---|---:|---|"]
+        lines += [f"| {r['heads']} | {r['kv_length']} | {r['head_dim']} | {r['variant']} | {r['us_per_call']:.1f} | "
+                  f"{_interval(r['vs_sdpa_paired'])} |" for r in rows]
+        what = "decode-shaped calls (B=1, Lq=1, no mask, no grad), time ratios (> 1: slower than torch SDPA)"
+    else:
+        lines = ["| preset | cache | variant | us/step | paired x stock [95% CI] | paired x softmax sdpa |",
+                 "|---|---:|---|---:|---|---|"]
+        lines += [f"| {r['preset']} | {r['cache_length']} | {r['variant']} | {r['step_us']:.0f} | "
+                  f"{_interval(r['vs_stock_paired'])} | {_interval(r['vs_sdpa_paired'])} |" for r in rows]
+        what = "greedy decoding steps (one token, KV cache), time ratios (> 1: slower than the stock class)"
+    text = "\n".join(lines)
+    Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows, "table": text}, indent=2) + "\n")
+    print(f"\n{what}; {args.dtype}; {machine['cpu']}, {machine['cores']} cores, {args.threads} threads, torch "
+          f"{machine['torch']}; median of {args.rounds} rounds of {args.steps_per_round}; load average before/after "
+          f"{load_before[0]:.2f}/{machine['loadavg_after'][0]:.2f}, busy before/after {busy_before}/{machine['busy_after']}, "
+          f"{args.load} busy processes\n")
+    print(text)
+    print(f"\nwrote {args.output}")
+    return 0
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

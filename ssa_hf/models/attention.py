@@ -25,13 +25,13 @@ import math
 import torch
 from torch import Tensor
 
-from .backends import BACKEND_NAMES, BACKENDS, AttentionCall, choose_backend, dispatch, supported_backends
+from .backends import _SMALL_PROBLEM, BACKEND_NAMES, BACKENDS, AttentionCall, choose_backend, dispatch, inference_runner, supported_backends
 from .linear import as_4d
 from .mixture import Group, run_groups
 from .parameters import closest_name, is_real
 from .scoring import ALL_SCORING_FUNCTIONS, get_scoring_function
 
-__all__ = ["BACKENDS", "BACKEND_NAMES", "DEFAULT_IMPLEMENTATION", "IMPLEMENTATIONS", "choose_backend",
+__all__ = ["BACKENDS", "BACKEND_NAMES", "DEFAULT_IMPLEMENTATION", "IMPLEMENTATIONS", "choose_backend", "config_value",
            "own_implementation_overrides", "make_transformers_attention", "register_with_transformers", "scored_attention", "ssa_attention",
            "supported_backends"]
 
@@ -70,7 +70,8 @@ def _check_inputs(query, key, value, attn_mask, scale, dropout_p) -> None:
             f"query, key and value must have one dtype, got {query.dtype}, {key.dtype} and {value.dtype}; "
             f"convert them with .to(query.dtype)"
         )
-    if not query.device == key.device == value.device:
+    device = query.device
+    if not device == key.device == value.device:
         raise ValueError(
             f"query, key and value must be on one device, got {query.device}, {key.device} and {value.device}; "
             f"move them with .to(query.device)"
@@ -78,37 +79,61 @@ def _check_inputs(query, key, value, attn_mask, scale, dropout_p) -> None:
     if attn_mask is not None:
         if not isinstance(attn_mask, Tensor):
             raise TypeError(f"attn_mask must be a boolean torch.Tensor or None, got {type(attn_mask).__name__}")
-        if attn_mask.device != query.device:
+        if attn_mask.device != device:
             raise ValueError(f"attn_mask is on {attn_mask.device} and query on {query.device}; move it with .to(query.device)")
     if scale is not None and not (is_real(scale) and math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a finite number > 0 (or None for 1/sqrt(head_dim)), got {scale!r}")
-    if not (is_real(dropout_p) and 0.0 <= dropout_p < 1.0):
+    if not (dropout_p == 0.0 and type(dropout_p) in (float, int) or is_real(dropout_p) and 0.0 <= dropout_p < 1.0):
         raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
 
 
-def _as_head_tensor(value, heads: int, name: str, device, positive: bool) -> Tensor:
+def _as_head_tensor(value, heads: int, name: str, device, positive: bool, compiling: bool = False) -> Tensor:
     if isinstance(value, Tensor):
         tensor = value
         if tensor.dtype == torch.bool or tensor.is_complex():
             raise TypeError(f"{name} must be a real number or a float tensor of shape [num_heads={heads}], got dtype {tensor.dtype}")
-    elif is_real(value):
-        tensor = torch.tensor(float(value))
-    else:
+        if not tensor.is_floating_point():
+            tensor = tensor.float()
+        if tensor.device != device:
+            tensor = tensor.to(device)
+        if tensor.dim() > 1 or tensor.numel() not in (1, heads):
+            raise ValueError(f"{name} must be a scalar or a tensor of shape [num_heads={heads}], got shape {tuple(tensor.shape)}")
+        if not compiling:
+            # one read of the (per-head, so few) values and checks in Python: four reductions with a host sync each
+            # cost more than a decoding step's kernel call
+            values = tensor.tolist()
+            _check_head_values(name, values if tensor.dim() else [values], positive)
+        return tensor if tensor.dim() == 1 and tensor.shape[0] == heads else tensor.reshape(-1).expand(heads)
+    if not is_real(value):
         raise TypeError(f"{name} must be a real number or a float tensor of shape [num_heads={heads}], got {value!r}")
-    if not tensor.is_floating_point():
-        tensor = tensor.float()
-    tensor = tensor.to(device)
-    if tensor.dim() > 1 or tensor.numel() not in (1, heads):
-        raise ValueError(f"{name} must be a scalar or a tensor of shape [num_heads={heads}], got shape {tuple(tensor.shape)}")
-    if not torch.compiler.is_compiling():
-        # one read of the (per-head, so few) values and checks in Python: four reductions with a host sync each
-        # cost more than a decoding step's kernel call
-        values = tensor.detach().reshape(-1).tolist()
-        if not all(math.isfinite(x) for x in values):
-            raise ValueError(f"{name} must be finite, got {values}")
-        if positive and not all(x > 0 for x in values):
-            raise ValueError(f"{name} must be > 0, got {values}")
-    return tensor.reshape(-1).expand(heads)
+    number = float(value)
+    _check_head_values(name, [number], positive)
+    if compiling:  # traced: a tensor of the graph, no module-level cache
+        return torch.full((heads,), number, device=device)
+    return _constant(number, heads, device)
+
+
+def _check_head_values(name: str, values: list, positive: bool) -> None:
+    # a finite sum means every value is finite (NaN and inf propagate); only a failing row is looked at closely
+    if not math.isfinite(sum(values)) and not all(math.isfinite(x) for x in values):
+        raise ValueError(f"{name} must be finite, got {values}")
+    if positive and values and not min(values) > 0:
+        raise ValueError(f"{name} must be > 0, got {values}")
+
+
+_CONSTANTS: dict = {}
+
+
+def _constant(number: float, heads: int, device) -> Tensor:
+    """A [heads] float32 tensor of `number`, made once per (number, heads, device): a decoding loop passing the same
+    floats every step pays no tensor construction. Never modified in place (the kernels only read parameters)."""
+    key = (number, heads, device)
+    tensor = _CONSTANTS.get(key)
+    if tensor is None:
+        if len(_CONSTANTS) >= 256:
+            _CONSTANTS.clear()
+        tensor = _CONSTANTS[key] = torch.full((heads,), number, device=device)
+    return tensor
 
 
 def scored_attention(
@@ -154,31 +179,37 @@ def scored_attention(
     if return_weights and backend is not None and not BACKENDS[backend].returns_weights:
         raise ValueError(f"return_weights needs backend 'eager' (backend {backend!r} never materialises the weights)")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    call = AttentionCall(query, key, value, None, {}, mask, scale, dropout_p, dropout_p > 0, return_weights, is_causal)
-    out, weights = run_groups(call, groups, lambda group: dispatch(group, backend))
+    spec, _, params = groups[0] if len(groups) == 1 else (None, None, {})
+    call = AttentionCall(query, key, value, spec, params, mask, scale, dropout_p, dropout_p > 0, return_weights, is_causal)
+    if spec is not None:  # one scoring function: the call carries its group already
+        out, weights = dispatch(call, backend)
+    else:
+        out, weights = run_groups(call, groups, lambda group: dispatch(group, backend))
     return (out, weights) if return_weights else out
 
 
 def _check_shapes(query, key, value, enable_gqa) -> None:
-    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+    q_shape, k_shape, v_shape = query.shape, key.shape, value.shape
+    if len(q_shape) != 4 or len(k_shape) != 4 or len(v_shape) != 4:
         raise ValueError("query, key and value must be 4-D [batch, heads, length, head_dim]")
-    batch, heads, _, head_dim = query.shape
-    kv_heads = key.shape[1]
-    if key.shape[:3] != value.shape[:3]:
-        raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} must agree in batch, heads and length")
-    if key.shape[0] != batch:
-        raise ValueError(f"query has batch size {batch} and key {key.shape[0]}: give them the same batch size")
-    if kv_heads != heads and not (enable_gqa and heads % kv_heads == 0):
+    batch, heads, _, head_dim = q_shape
+    k_batch, kv_heads, k_len, k_dim = k_shape
+    if (k_batch, kv_heads, k_len) != tuple(v_shape[:3]):
+        raise ValueError(f"key {tuple(k_shape)} and value {tuple(v_shape)} must agree in batch, heads and length")
+    if k_batch != batch:
+        raise ValueError(f"query has batch size {batch} and key {k_batch}: give them the same batch size")
+    if kv_heads != heads and not (enable_gqa and kv_heads and heads % kv_heads == 0):
         raise ValueError(f"query has {heads} heads and key {kv_heads}: pass enable_gqa=True (and H % Hkv == 0)")
-    if key.shape[-1] != head_dim:
-        raise ValueError(f"query and key head dims differ: {head_dim} vs {key.shape[-1]}")
+    if k_dim != head_dim:
+        raise ValueError(f"query and key head dims differ: {head_dim} vs {k_dim}")
 
 
 def _groups(scoring, params, query, key) -> list[Group]:
     """The scoring groups of a call, with their parameters checked: one group for a name, one per name of a list."""
     heads = query.shape[1]
     if isinstance(scoring, str):
-        return [(get_scoring_function(scoring), list(range(heads)), _head_params(scoring, dict(params or {}), heads, query, key))]
+        spec = get_scoring_function(scoring)
+        return [(spec, list(range(heads)), _head_params(spec, params or {}, heads, query, key))]
     names = list(scoring)
     if len(names) != heads or not all(isinstance(n, str) for n in names):
         raise ValueError(f"scoring: a list needs one scoring name per query head ({heads}), got {names!r}")
@@ -200,28 +231,34 @@ def _groups(scoring, params, query, key) -> list[Group]:
             if isinstance(pvalue, Tensor) and pvalue.dim() == 1 and pvalue.numel() == heads != len(index):
                 pvalue = pvalue[torch.tensor(index, device=pvalue.device)]  # a value per head of the whole call
             given[pname] = pvalue
-        groups.append((get_scoring_function(name), index, _head_params(name, given, len(index), query, key)))
+        groups.append((get_scoring_function(name), index, _head_params(get_scoring_function(name), given, len(index), query, key)))
     return groups
 
 
-def _head_params(name: str, given: dict, heads: int, query, key) -> dict[str, Tensor]:
-    """The parameters of `name` as [heads] tensors on the query's device; a missing one is refused (unless the
+def _head_params(spec, given, heads: int, query, key) -> dict[str, Tensor]:
+    """The parameters of `spec` as [heads] tensors on the query's device; a missing one is refused (unless the
     function runs without it, or has a call default such as CosFormer's m = max(Lq, Lk))."""
-    spec = get_scoring_function(name)
+    if not isinstance(given, dict):
+        given = dict(given)
     _check_param_names(spec, given)
     if getattr(spec, "kind", "rowwise") == "linear":
         given = {**spec.default_params(query.shape[2], key.shape[2]), **given}
-    missing = [p.name for p in spec.parameters if p.name not in given and not p.optional]
-    if missing:
-        raise ValueError(f"scoring {spec.name!r} needs parameters {list(spec.parameter_names)}; missing {missing}")
-    return {p: _as_head_tensor(given[p], heads, p, query.device, positive=True) for p in spec.parameter_names if p in given}
+    device, params, compiling = query.device, {}, torch.compiler.is_compiling()
+    for p in spec.parameters:
+        if p.name in given:
+            params[p.name] = _as_head_tensor(given[p.name], heads, p.name, device, True, compiling)
+        elif not p.optional:
+            missing = [q.name for q in spec.parameters if q.name not in given and not q.optional]
+            raise ValueError(f"scoring {spec.name!r} needs parameters {list(spec.parameter_names)}; missing {missing}")
+    return params
 
 
 def _check_param_names(spec, given: dict) -> None:
     """Strict names: a key the function does not take (a typo, or another function's parameter) is an error
     naming the valid ones, never ignored."""
+    names = spec.parameter_names
     for key in given:
-        if key in spec.parameter_names:
+        if key in names:
             continue
         owners = [n for n, f in ALL_SCORING_FUNCTIONS.items() if key in f.parameter_names]
         valid = f"takes the parameters {list(spec.parameter_names)}" if spec.parameter_names else "takes no parameters"
@@ -276,39 +313,89 @@ def ssa_attention(
 # --------------------------------------------------------------------------------------------------
 
 
-def _module_groups(module, heads: int, device) -> list[Group]:
-    """The module's scoring groups, found by what `module.scoring` does (`attention_groups`), not by its class: a
-    model loaded from another remote-code copy than the one whose function transformers calls still runs, with
-    its own registry entries."""
+class LayerState:
+    """What the calls of one attention layer share until its scoring tensors change, kept on its scoring module:
+    the snapshot of those tensors (owner, name, tensor, version counter, storage) from which the rest was computed
+    and against which their values were checked, the scoring groups for calls without gradients, and the bound
+    inference runner per (backend, request kind). An optimizer step or an in-place edit moves a version counter,
+    a move or a dtype change gives new storage, a load that assigns new tensors replaces the owner's entry: any of
+    them makes the next call build a new state, which checks the values again before they are used."""
+
+    __slots__ = ("heads", "device", "snapshot", "groups", "runners")
+
+    def __init__(self, heads: int, device, snapshot: list):
+        self.heads, self.device, self.snapshot, self.groups, self.runners = heads, device, snapshot, None, {}
+
+    def current(self, heads: int, device) -> bool:
+        if heads != self.heads or device != self.device:
+            return False
+        for owner, name, tensor, version, pointer in self.snapshot:
+            if owner.get(name) is not tensor or tensor.data_ptr() != pointer:
+                return False
+            if type(version) is int:
+                if tensor._version != version:
+                    return False
+            elif not torch.equal(tensor, version):  # an inference tensor: compared with a copy of its values
+                return False
+        return True
+
+
+def _snapshot(scoring: torch.nn.Module) -> list:
+    # tensors made under torch.inference_mode have no version counter: a copy of their (few) values stands in
+    return [(owner, name, tensor, tensor.detach().clone() if tensor.is_inference() else tensor._version,
+             tensor.data_ptr())
+            for module in scoring.modules() for owner in (module._parameters, module._buffers)
+            for name, tensor in owner.items() if tensor is not None]
+
+
+def _scoring_of(module):
     scoring = getattr(module, "scoring", None)
-    groups = getattr(scoring, "attention_groups", None)
-    if not callable(groups):
+    if not callable(getattr(scoring, "attention_groups", None)):
         raise ValueError(
             f"attn_implementation 'ssa_*' needs an attention module that carries ssa-hf scoring parameters "
             f"(`module.scoring`); {type(module).__name__} has none. Use an ssa-hf model class (SSALlama*, SSABert*, SSAGPT2*) "
             f"or convert a checkpoint with `ssa-hf convert`."
         )
-    # Inference (no autograd graph to build, not compiling): the groups are computed once per layer and reused
-    # until the scoring module's tensors change (an optimizer step or an in-place load bumps their version
-    # counters; a move or a dtype change gives new storage; a load that assigns new tensors clears the cache
-    # through a load_state_dict hook), instead of rebuilding parameter views on every decoding step.
-    cacheable = isinstance(scoring, torch.nn.Module) and not torch.is_grad_enabled() and not torch.compiler.is_compiling()
-    if cacheable:
-        cached = scoring.__dict__.get("_ssa_attention_groups")
-        if cached is not None and cached[0] == (heads, device) and all(
-                t._version == version and t.data_ptr() == ptr for t, version, ptr in cached[1]):
-            return cached[2]
-    result = [(spec, index, {k: v.to(device) for k, v in params.items()}) for spec, index, params in groups(heads)]
-    if cacheable:
-        if "_ssa_attention_groups" not in scoring.__dict__:
-            scoring.register_load_state_dict_post_hook(_forget_groups)
-        tensors = [(t, t._version, t.data_ptr()) for t in (*scoring.parameters(), *scoring.buffers())]
-        scoring.__dict__["_ssa_attention_groups"] = ((heads, device), tensors, result)
-    return result
+    return scoring
 
 
-def _forget_groups(module, incompatible_keys) -> None:
-    module.__dict__["_ssa_attention_groups"] = None
+def _check_values(module, scoring) -> None:
+    """Refuse a layer's scoring parameters that are not finite or out of range, before a call uses them."""
+    problems = getattr(scoring, "parameter_problems", None)
+    found = problems("scoring.") if callable(problems) else []
+    if found:
+        layer = getattr(module, "layer_idx", None)
+        where = type(module).__name__ + ("" if layer is None else f" of layer {layer}")
+        raise ValueError(
+            f"Invalid scoring parameters in the {where} (b > 0, n >= 1, t, s, m > 0, alpha > 1, all finite): "
+            + "; ".join(found) + ". They changed since they were last checked (an optimizer step, a load or an "
+            "in-place edit): lower the (scoring) learning rate, restore a checkpoint or set valid values; "
+            "model.validate_scoring_parameters() names every layer."
+        )
+
+
+def _layer_state(module, heads: int, device, compiling: bool) -> tuple:
+    """(module.scoring, its current state with the values checked); the state is None when it cannot be kept
+    (under torch.compile, which traces the groups into its graph, or for a scoring object that is no module)."""
+    if compiling:
+        return _scoring_of(module), None
+    scoring = module._modules.get("scoring") if isinstance(module, torch.nn.Module) else None
+    state = None if scoring is None else scoring.__dict__.get("_ssa_layer_state")
+    if state is not None and state.current(heads, device):
+        return scoring, state
+    scoring = _scoring_of(module)
+    if not isinstance(scoring, torch.nn.Module):
+        return scoring, None
+    _check_values(module, scoring)
+    state = scoring.__dict__["_ssa_layer_state"] = LayerState(heads, device, _snapshot(scoring))
+    return scoring, state
+
+
+def _groups_of(scoring, heads: int, device) -> list[Group]:
+    """The scoring groups of `module.scoring`, found by what it does (`attention_groups`), not by its class: a
+    model loaded from another remote-code copy than the one whose function transformers calls still runs, with
+    its own registry entries."""
+    return [(spec, index, {k: v.to(device) for k, v in params.items()}) for spec, index, params in scoring.attention_groups(heads)]
 
 
 def _keep_mask(additive: Tensor) -> Tensor:
@@ -331,13 +418,24 @@ except ImportError:  # another transformers version: the output_attentions argum
     _active_collector = None
 
 
-def _capturing_attentions() -> bool:
+def _capturing_attentions(compiling: bool) -> bool:
     """Whether transformers' output capturing (`capture_outputs`) is collecting attention weights in this call.
     Never under torch.compile (dynamo cannot trace the ContextVar; weights are not returned there anyway)."""
-    if _active_collector is None or torch.compiler.is_compiling():
+    if _active_collector is None or compiling:
         return False
     collected = _active_collector.get()
     return bool(collected) and ("attentions" in collected or "cross_attentions" in collected)
+
+
+def config_value(config, name: str, default=None, compiling: bool | None = None):
+    """`config.<name>` for a field stored as an instance attribute, read from the config's own storage past
+    transformers' config attribute lookup, which costs microseconds (paid per layer per decoding step); under
+    torch.compile (which cannot trace that read) and for a field that is not stored there, through the attribute."""
+    if not (torch.compiler.is_compiling() if compiling is None else compiling):
+        stored = object.__getattribute__(config, "__dict__")
+        if name in stored:
+            return stored[name]
+    return getattr(config, name, default)
 
 
 def make_transformers_attention(backend: str | None):
@@ -345,29 +443,57 @@ def make_transformers_attention(backend: str | None):
     refused = "attn_implementation 'ssa_{backend}' cannot run attention_scoring={scoring!r}"
 
     def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        compiling = torch.compiler.is_compiling()
         mask = attention_mask if attention_mask is None or attention_mask.dtype == torch.bool else _keep_mask(attention_mask)
         if mask is not None:
             mask = mask[:, :, :, : key.shape[-2]]
         module_causal = bool(getattr(module, "is_causal", False))
+        # no mask from a causal model with several queries: transformers skipped a purely causal mask (no
+        # padding, as many queries as keys), so top-left causal is exact
+        is_causal = mask is None and module_causal and query.shape[2] > 1
+        scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
         # the call's output_attentions, else the config's (transformers records weights for either), or a capture
         # of weights in progress (GPT-2's model forward consumes output_attentions before its attention runs)
-        need_weights = bool(kwargs.get("output_attentions", getattr(getattr(module, "config", None), "output_attentions", False)))
-        need_weights = need_weights or _capturing_attentions()
+        need_weights = kwargs.get("output_attentions")
+        if need_weights is None:
+            config = getattr(module, "config", None)
+            # the storage of ssa-hf's output_attentions property (configuration_common.py); other configs: the attribute
+            need_weights = config is not None and config_value(config, "_output_attentions", None, compiling)
+            if need_weights is None:
+                need_weights = getattr(config, "output_attentions", False)
+        need_weights = bool(need_weights) or _capturing_attentions(compiling)
+        training = module.training
+        heads, device = query.shape[1], query.device
+        scoring, state = _layer_state(module, heads, device, compiling)
+        if state is None or torch.is_grad_enabled():
+            groups = _groups_of(scoring, heads, device)  # the graph must reach the parameters
+        else:
+            if state.groups is None:
+                state.groups = _groups_of(scoring, heads, device)
+            groups = state.groups
+            if len(groups) == 1 and not need_weights and (dropout == 0.0 or not training):
+                # inference (evaluation, a decoding step): the layer's bound runner, no per-call dispatch
+                kind = (backend, query.shape[2] * key.shape[2] > _SMALL_PROBLEM)
+                runner = state.runners.get(kind, _UNBOUND)
+                if runner is _UNBOUND:
+                    spec, _, params = groups[0]
+                    runner = state.runners[kind] = inference_runner(spec, params, device, query.shape[2],
+                                                                    key.shape[2], backend, refused)
+                if runner is not None:
+                    return runner(query, key, value, mask, is_causal, scale).transpose(1, 2).contiguous(), None
         call = AttentionCall(
-            query, key, value, None, {}, mask,
-            scale=scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1]),
-            dropout=dropout if module.training else 0.0, training=module.training, need_weights=need_weights,
-            # no mask from a causal model with several queries: transformers skipped a purely causal mask (no
-            # padding, as many queries as keys), so top-left causal is exact
-            is_causal=mask is None and module_causal and query.shape[2] > 1,
+            query, key, value, None, {}, mask, scale=scale,
+            dropout=dropout if training else 0.0, training=training, need_weights=need_weights, is_causal=is_causal,
             expect_causal=module_causal,  # linear attention under torch.compile reads the mask without checks
         )
-        groups = _module_groups(module, query.shape[1], query.device)
         out, weights = run_groups(call, groups, lambda group: dispatch(group, backend, refused))
         return out.transpose(1, 2).contiguous(), weights
 
     attention.__name__ = f"ssa_{backend or 'auto'}_attention"
     return attention
+
+
+_UNBOUND = object()
 
 
 def boolean_mask(*args, **kwargs):

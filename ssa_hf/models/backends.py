@@ -16,6 +16,7 @@ Part of the remote-code unit: imports only torch and siblings.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Callable
@@ -51,6 +52,15 @@ class AttentionCall:
     need_weights: bool = False
     is_causal: bool = False  # top-left causal, on top of `mask`
     expect_causal: bool | None = None  # linear attention under torch.compile: the module's causality
+
+    def for_group(self, spec, params: dict, **changes) -> "AttentionCall":
+        """This call for one scoring group (`dataclasses.replace` without its per-field walk: a decoding step's
+        call is short); under torch.compile, `replace` itself (what dynamo traces)."""
+        if torch.compiler.is_compiling():
+            return dataclasses.replace(self, spec=spec, params=params, **changes)
+        call = object.__new__(AttentionCall)
+        call.__dict__.update(self.__dict__, spec=spec, params=params, **changes)
+        return call
 
     def needs_grad(self) -> bool:
         tensors = (self.query, self.key, self.value, *self.params.values())
@@ -169,10 +179,21 @@ def _blockwise_prefers(spec, device, q_len, kv_len, need_weights) -> str | None:
     return "fused CPU kernel" if device.type == "cpu" else None
 
 
-def _blockwise_run(call: AttentionCall) -> tuple[Tensor, None]:
+def _blockwise_bind(spec, params) -> Callable:
     from .blockwise import run_blockwise
 
     # the kernel skips hidden tiles from `is_causal` alone; no [Lq, Lk] mask is built or read
+    b, n = params.get("b"), params.get("n")
+
+    def run(query, key, value, mask, is_causal, scale):
+        return run_blockwise(query, key, value, b, n, mask, is_causal, scale)
+
+    return run
+
+
+def _blockwise_run(call: AttentionCall) -> tuple[Tensor, None]:
+    from .blockwise import run_blockwise
+
     b, n = call.params.get("b"), call.params.get("n")
     return run_blockwise(call.query, call.key, call.value, b, n, call.mask, call.is_causal, call.scale), None
 
@@ -195,6 +216,9 @@ class Backend:
     prefers: Callable[..., str | None]  # (spec, device, q_len, kv_len, need_weights) -> why `backend=None` takes it
     run: Callable[[AttentionCall], tuple[Tensor, Tensor | None]]
     returns_weights: bool = False
+    # (spec, params) -> run(query, key, value, mask, is_causal, scale) -> out: the backend with one scoring group's
+    # parameters bound, for calls without gradients, dropout or weights (what a layer keeps between decoding steps)
+    bind: Callable[[ScoringFunction, dict], Callable] | None = None
 
     def refuses(self, spec, needs_grad: bool, device, dropout: float) -> str | None:
         """None when the backend can run the request, else the reason it cannot (shown to the user)."""
@@ -210,7 +234,7 @@ BACKENDS: dict[str, Backend] = {
                     _flex_prefers, _flex_run),
     "blockwise": Backend("blockwise", "fused CPU kernel, memory linear in the length (custom op "
                          "`torch.ops.ssa_hf.attention_forward`)", _blockwise_scoring, _blockwise_conditions,
-                         _blockwise_prefers, _blockwise_run),
+                         _blockwise_prefers, _blockwise_run, bind=_blockwise_bind),
 }
 BACKEND_NAMES = tuple(BACKENDS)
 FALLBACK = "eager"
@@ -237,8 +261,8 @@ _logged: set = set()
 _CHOICES: dict = {}
 
 
-def _log_once(scoring: str, backend: str, device: torch.device, reason: str) -> None:
-    if torch.compiler.is_compiling():  # logging inside a compiled region would break the graph
+def _log_once(scoring: str, backend: str, device: torch.device, reason: str, compiling: bool) -> None:
+    if compiling:  # logging inside a compiled region would break the graph
         return
     key = (scoring, backend, device.type)
     if key not in _logged:
@@ -246,31 +270,48 @@ def _log_once(scoring: str, backend: str, device: torch.device, reason: str) -> 
         logger.info("ssa-hf attention: scoring=%s runs on backend=%s (%s; %s)", scoring, backend, device.type, reason)
 
 
+def resolve(spec, device: torch.device, needs_grad: bool, dropout: float, q_len: int, kv_len: int,
+            need_weights: bool, backend: str | None, refused: str = "Backend {backend!r} cannot run scoring {scoring!r}") -> str:
+    """The backend that runs a request: chosen (backend None) or the requested one checked (a refusal raises
+    NotImplementedError worded by `refused`: {backend}, {scoring}); the choice is logged once.
+
+    Both depend on the lengths only through the small-problem threshold: they are remembered per request kind
+    (a decoding step would otherwise walk the table every call)."""
+    compiling = torch.compiler.is_compiling()
+    key = (backend, id(spec), spec.name, device, needs_grad, dropout, q_len * kv_len > _SMALL_PROBLEM, need_weights)
+    chosen = None if compiling else _CHOICES.get(key)
+    if chosen is None:
+        if backend is None:
+            name, reason = choose_backend(spec, device, needs_grad, dropout, q_len, kv_len, need_weights)
+        else:
+            refusal = BACKENDS[backend].refuses(spec, needs_grad, device, dropout)
+            name, reason = backend, refusal or "requested"
+            if refusal:
+                raise NotImplementedError(f"{refused.format(backend=backend, scoring=spec.name)} here: {refusal}.")
+        chosen = (name, reason)
+        if not compiling:
+            _CHOICES[key] = chosen
+    _log_once(spec.name, chosen[0], device, chosen[1], compiling)
+    return chosen[0]
+
+
 def dispatch(call: AttentionCall, backend: str | None,
              refused: str = "Backend {backend!r} cannot run scoring {scoring!r}") -> tuple[Tensor, Tensor | None]:
     """Choose (backend None) or check the requested backend, log the choice once, run: (out, weights or None).
     `refused` words a refusal for the entry point ({backend}, {scoring}); it raises NotImplementedError."""
-    spec, device = call.spec, call.query.device
-    needs_grad = call.needs_grad()
-    if backend is None:
-        # the choice depends on the lengths only through the small-problem threshold: remembered per request kind
-        # (a decoding step would otherwise walk the table every call)
-        key = (id(spec), spec.name, device, needs_grad, call.dropout,
-               call.query.shape[2] * call.key.shape[2] > _SMALL_PROBLEM, call.need_weights)
-        chosen = None if torch.compiler.is_compiling() else _CHOICES.get(key)
-        if chosen is None:
-            chosen = choose_backend(spec, device, needs_grad, call.dropout, call.query.shape[2], call.key.shape[2],
-                                    call.need_weights)
-            if not torch.compiler.is_compiling():
-                _CHOICES[key] = chosen
-        backend, reason = chosen
-    else:
-        reason = "requested"
-        refusal = BACKENDS[backend].refuses(spec, needs_grad, device, call.dropout)
-        if refusal:
-            raise NotImplementedError(f"{refused.format(backend=backend, scoring=spec.name)} here: {refusal}.")
-    _log_once(spec.name, backend, device, reason)
-    return BACKENDS[backend].run(call)
+    name = resolve(call.spec, call.query.device, call.needs_grad(), call.dropout, call.query.shape[2],
+                   call.key.shape[2], call.need_weights, backend, refused)
+    return BACKENDS[name].run(call)
+
+
+def inference_runner(spec, params: dict, device: torch.device, q_len: int, kv_len: int, backend: str | None,
+                     refused: str = "Backend {backend!r} cannot run scoring {scoring!r}") -> Callable | None:
+    """What `dispatch` would run for a call without gradients, dropout or weights, with `params` bound:
+    run(query, key, value, mask, is_causal, scale) -> out, or None when that backend binds nothing (then
+    `dispatch` runs the call). Valid for every call of the same request kind (small or not) on `device`."""
+    name = resolve(spec, device, False, 0.0, q_len, kv_len, False, backend, refused)
+    bind = BACKENDS[name].bind
+    return None if bind is None else bind(spec, params)
 
 
 def static_refusal(backend: str, scoring: str) -> str | None:
@@ -278,5 +319,5 @@ def static_refusal(backend: str, scoring: str) -> str | None:
     return BACKENDS[backend].scoring(get_scoring_function(scoring))
 
 
-__all__ = ["AttentionCall", "BACKENDS", "BACKEND_NAMES", "Backend", "choose_backend", "dispatch", "static_refusal",
-           "supported_backends"]
+__all__ = ["AttentionCall", "BACKENDS", "BACKEND_NAMES", "Backend", "choose_backend", "dispatch", "inference_runner",
+           "resolve", "static_refusal", "supported_backends"]

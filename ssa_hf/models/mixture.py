@@ -8,7 +8,6 @@ Part of the remote-code unit: imports only torch and siblings.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -41,6 +40,9 @@ class MixedScoringParameters(ScoringModule):
     def attention_groups(self, heads: int) -> list[Group]:
         return [(get_scoring_function(name), self.heads[name], self.groups[name]()) for name in self.order]
 
+    def parameter_problems(self, prefix: str = "") -> list[str]:
+        return [line for name, group in self.groups.items() for line in group.parameter_problems(f"{prefix}groups.{name}.")]
+
     def forward(self) -> dict[str, dict[str, Tensor]]:
         return {name: group() for name, group in self.groups.items()}
 
@@ -54,7 +56,7 @@ def run_groups(call: AttentionCall, groups: list[Group],
     query, key, value = call.query, call.key, call.value
     if len(groups) == 1:
         spec, _, params = groups[0]
-        return run_group(replace(call, spec=spec, params=params))
+        return run_group(call.for_group(spec, params))
     heads = query.shape[1]
     per_kv = heads // key.shape[1]
     out = query.new_empty(query.shape[:3] + (value.shape[-1],))
@@ -65,10 +67,8 @@ def run_groups(call: AttentionCall, groups: list[Group],
         mask = call.mask
         if mask is not None and mask.shape[1] == heads > 1:
             mask = mask[:, index.to(mask.device)]
-        group_out, group_weights = run_group(replace(
-            call, query=query[:, index], key=key[:, kv_index], value=value[:, kv_index],
-            spec=spec, params=params, mask=mask,
-        ))
+        group_out, group_weights = run_group(call.for_group(
+            spec, params, query=query[:, index], key=key[:, kv_index], value=value[:, kv_index], mask=mask))
         out = out.index_copy(1, index, group_out.to(out.dtype))
         if group_weights is not None:
             if weights is None:

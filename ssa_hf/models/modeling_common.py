@@ -12,7 +12,7 @@ import logging
 import torch
 from torch import nn
 
-from .attention import DEFAULT_IMPLEMENTATION, IMPLEMENTATIONS
+from .attention import DEFAULT_IMPLEMENTATION, IMPLEMENTATIONS, config_value
 from .backends import static_refusal
 from .mixture import MixedScoringParameters
 from .parameters import ConstrainedParameter
@@ -44,14 +44,15 @@ def resolve_implementation(config, requested: str | None) -> str:
     return aliases.get(implementation, implementation)
 
 
-def check_implementation(config, requested: str | None) -> str:
+def check_implementation(config, requested: str | None, aliases: bool = True) -> str:
     """The attention implementation to use, or a ValueError that says what to change.
 
     transformers' standard names run ssa-hf's own implementation of the configured scoring function
     (`config.attn_implementation_aliases`: eager -> ssa_eager, sdpa -> ssa_auto, flex_attention -> ssa_flex); other
     transformers implementations (flash, paged, kernels) run softmax and are accepted only for softmax models.
+    `aliases=False` checks the name as transformers will call it (a config edited by hand is not mapped).
     """
-    implementation = resolve_implementation(config, requested)
+    implementation = resolve_implementation(config, requested) if aliases else (requested or DEFAULT_IMPLEMENTATION)
     names = sorted(set(config.scoring_per_head()))
     if implementation in IMPLEMENTATIONS:
         backend = IMPLEMENTATIONS[implementation]
@@ -80,32 +81,29 @@ def check_implementation(config, requested: str | None) -> str:
 
 
 def _check_scoring_runs(model, args) -> None:
-    # a forward pre-hook: a config edited by hand (`config._attn_implementation = "sdpa"`) is caught too; checked
-    # again only when one of the settings it depends on has changed (a decoding step is a forward per token)
-    config = model.config
-    aliases = getattr(config, "attn_implementation_aliases", None) or {}
-    state = (config._attn_implementation, repr(config.attention_scoring), tuple(sorted(aliases.items())))
-    if getattr(model, "_ssa_checked_state", None) != state:
+    # a forward pre-hook: a config edited by hand (`config._attn_implementation = "sdpa"`, which transformers then
+    # calls as it is: no alias applies) is caught too; checked again only when one of the settings it depends on
+    # has changed (a decoding step is a forward per token; transformers' config attribute lookup costs
+    # microseconds, so the ssa-hf field is read from the config's own storage)
+    config, compiling = model.config, torch.compiler.is_compiling()
+    scoring = config_value(config, "attention_scoring", None, compiling)
+    # transformers keeps the name behind its `_attn_implementation` property in `_attn_implementation_internal`
+    implementation = config_value(config, "_attn_implementation_internal", _UNREAD, compiling)
+    if implementation is _UNREAD:
+        implementation = config._attn_implementation
+    state = (implementation, scoring if isinstance(scoring, str) else repr(scoring))
+    if model.__dict__.get("_ssa_checked_state") != state:
         model.assert_scoring_runs()
         model._ssa_checked_state = state
 
 
+_UNREAD = object()
+
+
 def scoring_parameter_problems(model: nn.Module) -> list[str]:
     """Every scoring parameter whose value is not finite or out of its range, as 'module.name: reason' lines."""
-    problems = []
-    for path, module in model.named_modules():
-        if not isinstance(module, ScoringParameters):
-            continue
-        for name, value in module().items():
-            value = value.detach().double().cpu()
-            # the declared floor (b > 0, n >= 1, ...); a learned `exp` parameter only promises > 0
-            bound, included = module.specs[name].load_bound(module.settings)
-            if not torch.isfinite(value).all():
-                problems.append(f"{path}.{name}: not finite, got {value.tolist()}")
-            elif (value < bound).any() or (not included and (value == bound).any()):
-                relation = ">=" if included else ">"
-                problems.append(f"{path}.{name}: must be {relation} {bound}, got {value.tolist()}")
-    return problems
+    return [line for path, module in model.named_modules() if isinstance(module, ScoringParameters)
+            for line in module.parameter_problems(f"{path}.")]
 
 
 class SSAModelMixin:
@@ -124,7 +122,8 @@ class SSAModelMixin:
         return super().get_correct_attn_implementation(implementation, is_init_check)
 
     def assert_scoring_runs(self) -> None:
-        check_implementation(self.config, self.config._attn_implementation)
+        """Refuse a config whose attention implementation, as transformers will call it, cannot run its scoring."""
+        check_implementation(self.config, self.config._attn_implementation, aliases=False)
 
     def _init_weights(self, module):
         if isinstance(module, ConstrainedParameter):

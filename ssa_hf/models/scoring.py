@@ -331,6 +331,8 @@ class ScoringFunction:
     kind: str = "rowwise"
 
     def __post_init__(self):
+        # read per call by the functional API: made once (a plain attribute, which torch.compile traces)
+        object.__setattr__(self, "_parameter_names", tuple(p.name for p in self.parameters))
         if self.weights is None:
             if self.logits is None:
                 raise ValueError(f"scoring function {self.name!r}: give `weights`, `logits` or both")
@@ -338,7 +340,7 @@ class ScoringFunction:
 
     @property
     def parameter_names(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.parameters)
+        return self._parameter_names
 
 
 def _entry(name, description, reference_row, **kw) -> ScoringFunction:
@@ -445,6 +447,11 @@ class ScoringModule(nn.Module):
 
     def attention_groups(self, heads: int) -> list:
         """[(registry entry, its query heads, {parameter: [len(heads)] tensor})], one per scoring function."""
+        raise NotImplementedError
+
+    def parameter_problems(self, prefix: str = "") -> list[str]:
+        """'{prefix}{name}: reason' for every parameter value that is not finite or out of its range (empty: all
+        valid). The attention functions run it whenever the module's tensors have changed, before they are used."""
         raise NotImplementedError
 
 

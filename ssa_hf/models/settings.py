@@ -13,9 +13,11 @@ Part of the remote-code unit: imports only torch and siblings.
 
 from __future__ import annotations
 
+import math
 import textwrap
 from typing import Any, Iterable, Mapping
 
+import torch
 from torch import Tensor, nn
 
 from .parameters import GRANULARITIES, PARAMETRIZATIONS, Choice, ConstrainedParameter, ParameterSpec
@@ -166,6 +168,21 @@ class ScoringParameters(ScoringModule):
 
     def attention_groups(self, heads: int) -> list:
         return [(get_scoring_function(self.scoring), list(range(heads)), self())]
+
+    def parameter_problems(self, prefix: str = "") -> list[str]:
+        """Every value that is not finite or outside its declared bound, as '{prefix}{name}: reason' lines (one
+        host read of the few per-head values: run when they may have changed, not per call)."""
+        problems = []
+        with torch.no_grad():
+            for name, value in self().items():
+                values = value.detach().double().cpu().reshape(-1).tolist()
+                # the declared floor (b > 0, n >= 1, ...); a learned `exp` parameter only promises > 0
+                bound, included = self.specs[name].load_bound(self.settings)
+                if not all(math.isfinite(x) for x in values):
+                    problems.append(f"{prefix}{name}: not finite, got {values}")
+                elif any(x < bound or (not included and x == bound) for x in values):
+                    problems.append(f"{prefix}{name}: must be {'>=' if included else '>'} {bound}, got {values}")
+        return problems
 
     def forward(self) -> dict[str, Tensor]:
         values = {name: param() for name, param in self.params.items()}

@@ -94,32 +94,37 @@ def test_registered_with_transformers():
 
 
 def test_inference_reuses_a_layers_scoring_groups_until_its_parameters_change():
-    """No-grad calls compute each layer's scoring groups once; an optimizer step, an in-place edit or a load (also
-    one that assigns new tensors) make the next call recompute them, so outputs always follow
-    the parameters; calls with gradients never use the cache."""
+    """No-grad calls compute each layer's state (scoring groups, bound runner) once; an optimizer step, an in-place
+    edit or a load (also one that assigns new tensors) make the next call build a new one, so outputs always follow
+    the parameters; calls with gradients compute the groups in the graph."""
     from tests.models.tiny import build
 
     model = build("llama", "ssa", seed=1).eval()
     ids = torch.randint(4, model.config.vocab_size, (1, 12))
     layer = model.model.layers[0].self_attn
 
+    def state():
+        return layer.scoring.__dict__["_ssa_layer_state"]
+
     with torch.no_grad():
         first = model(ids).logits
-        cached = layer.scoring.__dict__["_ssa_attention_groups"]
-        assert cached is not None
+        cached = state()
+        assert cached.groups is not None and cached.runners
         again = model(ids).logits
-        assert layer.scoring.__dict__["_ssa_attention_groups"] is cached  # reused, not rebuilt
+        assert state() is cached  # reused, not rebuilt
         torch.testing.assert_close(again, first)
         for p in layer.scoring.parameters():
             p.add_(0.3)  # in place: the version counter moves
         edited = model(ids).logits
-        assert layer.scoring.__dict__["_ssa_attention_groups"] is not cached
+        assert state() is not cached
         assert not torch.allclose(edited, first)
     reference = build("llama", "ssa", seed=1).eval()
-    state = {k: v.clone() for k, v in reference.state_dict().items()}
-    model.load_state_dict(state, assign=True)  # new tensors: the hook forgets the cached groups
+    state_dict = {k: v.clone() for k, v in reference.state_dict().items()}
+    before = state()
+    model.load_state_dict(state_dict, assign=True)  # new tensors: the owner's entry no longer holds the snapshot's
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, first)
+    assert state() is not before
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     model.train()
     loss = model(ids, labels=ids).loss  # with gradients: no cache involved, the graph reaches the parameters
@@ -129,3 +134,132 @@ def test_inference_reuses_a_layers_scoring_groups_until_its_parameters_change():
     model.eval()
     with torch.no_grad():
         assert not torch.allclose(model(ids).logits, first)
+
+
+# --------------------------------------------------------------------------------------------------
+# b and n checked where they change, not per call
+# --------------------------------------------------------------------------------------------------
+
+
+def _first_b(model):
+    return model.model.layers[1].self_attn.scoring.params["b"]
+
+
+def _nan_b_after_load(model, tmp_path):
+    model.save_pretrained(tmp_path)
+    loaded = type(model).from_pretrained(tmp_path)
+    with torch.no_grad():
+        _first_b(loaded).raw[1] = float("nan")
+    return loaded
+
+
+def _nan_b_by_optimizer_step(model, tmp_path, foreach=False):
+    ids = torch.randint(4, model.config.vocab_size, (1, 12))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=foreach)
+    model.train()
+    model(ids, labels=ids).loss.backward()
+    _first_b(model).raw.grad[1] = float("nan")  # a non-finite gradient reaches the update
+    optimizer.step()
+    return model
+
+
+def _nan_b_by_load_state_dict(model, tmp_path, assign=False):
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    key = next(k for k in weights if k.endswith("layers.1.self_attn.scoring.params.b.raw"))
+    weights[key][1] = float("nan")
+    model.load_state_dict(weights, assign=assign)
+    return model
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("damage", [
+    _nan_b_after_load, _nan_b_by_optimizer_step, lambda m, p: _nan_b_by_optimizer_step(m, p, foreach=True),
+    _nan_b_by_load_state_dict, lambda m, p: _nan_b_by_load_state_dict(m, p, assign=True),
+], ids=["after_load", "optimizer_step", "optimizer_step_foreach", "load_state_dict", "load_state_dict_assign"])
+def test_a_nan_b_fails_loudly_before_the_next_call_uses_it(damage, grad, tmp_path):
+    from tests.models.tiny import build
+
+    model = build("llama", "ssa", seed=1).eval()
+    ids = torch.randint(4, model.config.vocab_size, (1, 12))
+    with torch.no_grad():
+        model(ids)  # every layer has a checked state now
+    model = damage(model, tmp_path)
+    with torch.set_grad_enabled(grad), pytest.raises(ValueError, match=r"layer 1 .*scoring\.b: not finite, got \[.*nan"):
+        model(ids)
+
+
+def test_an_out_of_range_fixed_n_loaded_into_a_model_is_refused():
+    from tests.models.tiny import build
+
+    model = build("llama", "ssa", ssa_learn_n=False).eval()
+    ids = torch.randint(4, model.config.vocab_size, (1, 12))
+    weights = model.state_dict()
+    weights["model.layers.0.self_attn.scoring.params.n.value"] = torch.full((4,), 0.5)
+    model.load_state_dict(weights)
+    with torch.no_grad(), pytest.raises(ValueError, match=r"layer 0 .*scoring\.n: must be >= 1"):
+        model(ids)
+
+
+def test_a_mixture_with_a_nan_parameter_names_its_group():
+    from tests.models.tiny import build
+
+    model = build("llama", ["ssa", "ssa", "softmax", "temperature"]).eval()
+    ids = torch.randint(4, model.config.vocab_size, (1, 12))
+    with torch.no_grad():
+        model(ids)
+        model.model.layers[0].self_attn.scoring.groups["ssa"].params["n"].raw.fill_(float("nan"))
+        with pytest.raises(ValueError, match=r"scoring\.groups\.ssa\.n: not finite"):
+            model(ids)
+
+
+def test_decoding_checks_the_values_once_per_layer_not_per_step(monkeypatch):
+    """A greedy generate with the KV cache checks each layer's b and n when its state is built, never again while
+    they stay unchanged; an edit between two generates is checked (and refused) at the next one."""
+    from ssa_hf.models.settings import ScoringParameters
+    from tests.models.tiny import build
+
+    model = build("llama", "ssa", seed=2).eval()
+    checks = []
+    real = ScoringParameters.parameter_problems
+    monkeypatch.setattr(ScoringParameters, "parameter_problems", lambda self, prefix="": checks.append(1) or real(self, prefix))
+    ids = torch.randint(4, model.config.vocab_size, (1, 5))
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
+    assert out.shape[1] == 11 and len(checks) == model.config.num_hidden_layers
+    with torch.no_grad():
+        model.model.layers[0].self_attn.scoring.params["n"].raw.fill_(float("inf"))
+        with pytest.raises(ValueError, match=r"layer 0 .*scoring\.n: not finite"):
+            model.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=0)
+
+
+def test_an_implementation_edited_by_hand_to_softmax_is_refused():
+    """`config._attn_implementation = "sdpa"` on an SSA model would make transformers call its softmax SDPA (no alias
+    applies to a hand edit): the forward refuses instead; on a softmax model it runs."""
+    from tests.models.tiny import build
+
+    ids = torch.randint(4, 64, (1, 6))
+    model = build("llama", "ssa").eval()
+    model.config._attn_implementation = "sdpa"
+    with torch.no_grad(), pytest.raises(ValueError, match="cannot run attention_scoring='ssa'"):
+        model(ids)
+    softmax = build("llama", "softmax").eval()
+    softmax.config._attn_implementation = "sdpa"
+    with torch.no_grad():
+        assert softmax(ids).logits.isfinite().all()
+
+
+def test_a_model_made_under_inference_mode_runs_and_still_refuses_a_nan_b():
+    """Tensors made under torch.inference_mode have no version counter: the layer state compares their values
+    instead, so such a model decodes, and an in-place NaN (possible only inside inference mode) is still refused."""
+    from tests.models.tiny import build
+
+    ids = torch.randint(4, 64, (1, 6))
+    with torch.inference_mode():
+        model = build("llama", "ssa").eval()
+        first = model(ids).logits
+        out = model.generate(ids, max_new_tokens=3, min_new_tokens=3, do_sample=False, pad_token_id=0)
+        torch.testing.assert_close(model(ids).logits, first)
+        model.model.layers[0].self_attn.scoring.params["b"].raw[0] = float("nan")
+        with pytest.raises(ValueError, match=r"layer 0 .*scoring\.b: not finite"):
+            model(ids)
+    assert out.shape == (1, 9)

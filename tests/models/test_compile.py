@@ -122,3 +122,26 @@ def test_bfloat16_model_compiles_and_exports_with_the_native_op():
         logits = model(**kwargs).logits
     assert logits.dtype == torch.bfloat16
     torch.testing.assert_close(program.module()(**kwargs).logits.float(), logits.float(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("as_tensors", [False, True], ids=["float_b_n", "tensor_b_n"])
+def test_functional_scored_attention_compiles_fullgraph(as_tensors):
+    """The public functional API traces whole (its checks and its caches of parameter tensors stay out of the
+    graph) and gives the eager result, with b and n as floats or as tensors that get gradients."""
+    from ssa_hf.models.attention import scored_attention
+
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 4, n, 16, generator=gen) for n in (3, 5, 5))
+    b = torch.tensor([0.7, 1.0, 1.3, 0.9], requires_grad=True) if as_tensors else 0.7
+    n = torch.tensor([1.5, 1.2, 2.0, 1.5], requires_grad=True) if as_tensors else 1.5
+
+    def attend(q, k, v, b, n):
+        return scored_attention(q, k, v, "ssa", {"b": b, "n": n}, backend="eager")
+
+    compiled = torch.compile(attend, backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v, b, n), attend(q, k, v, b, n))
+    if as_tensors:
+        got = torch.autograd.grad(compiled(q, k, v, b, n).sum(), (b, n))
+        want = torch.autograd.grad(attend(q, k, v, b, n).sum(), (b, n))
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)

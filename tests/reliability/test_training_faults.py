@@ -105,8 +105,10 @@ def test_skip_nonfinite_steps_skips_and_counts(corpora, tmp_path, monkeypatch):
 
 def test_a_huge_learning_rate_never_writes_non_finite_weights(corpora, tmp_path):
     """lr = 1e30 (finite, so accepted) blows the weights up: the run stops with an error, and every checkpoint it
-    wrote holds finite weights."""
-    with pytest.raises(NonFiniteError, match=r"step \d"):
+    wrote holds finite weights. The first update drives a softplus b to exactly 0, which the attention layer refuses
+    at the next forward, naming the layer (before that check, b = 0 ran as uniform attention until the loss
+    overflowed and the loop's NonFiniteError stopped the run)."""
+    with pytest.raises(ValueError, match=r"Invalid scoring parameters in the \w+ of layer \d .*scoring\.b: must be > 0"):
         pretrain(tiny_config("causal", corpora, tmp_path / "run", learning_rate=1e30, min_learning_rate=0.0,
                              save_steps=1, save_total_limit=0, warmup_steps=0))
     assert _all_checkpoints_finite(tmp_path / "run")
