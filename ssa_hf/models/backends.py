@@ -180,15 +180,10 @@ def _blockwise_prefers(spec, device, q_len, kv_len, need_weights) -> str | None:
 
 
 def _blockwise_bind(spec, params) -> Callable:
-    from .blockwise import run_blockwise
+    from .blockwise import inference_runner
 
     # the kernel skips hidden tiles from `is_causal` alone; no [Lq, Lk] mask is built or read
-    b, n = params.get("b"), params.get("n")
-
-    def run(query, key, value, mask, is_causal, scale):
-        return run_blockwise(query, key, value, b, n, mask, is_causal, scale)
-
-    return run
+    return inference_runner(params.get("b"), params.get("n"))
 
 
 def _blockwise_run(call: AttentionCall) -> tuple[Tensor, None]:

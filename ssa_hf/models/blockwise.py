@@ -30,7 +30,8 @@ from torch import Tensor
 
 from .native import load_kernels, native_enabled, set_native_enabled
 
-__all__ = ["blockwise_attention", "run_blockwise", "set_native_enabled", "native_enabled", "SUPPORTED_SCORING"]
+__all__ = ["blockwise_attention", "run_blockwise", "inference_runner", "set_native_enabled", "native_enabled",
+           "SUPPORTED_SCORING"]
 
 SUPPORTED_SCORING = ("ssa", "softmax")
 
@@ -56,6 +57,7 @@ def _compute_dtype(dtype):
 
 
 _REDUCED = (torch.bfloat16, torch.float16)
+_KERNEL_DTYPES = (torch.float32,) + _REDUCED
 
 
 def _out_dtype(dtype):
@@ -398,3 +400,42 @@ def run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q=BLOCK
     run = _forward if direct else attention_forward
     out, _ = run(query, key, value, b, n, mask, bool(is_causal), scale, block_q, block_k)
     return out.to(query.dtype)
+
+
+def inference_runner(b, n, block_q=BLOCK_Q, block_k=BLOCK_K):
+    """``run(query, key, value, mask, is_causal, scale) -> out`` for one scoring group's b and n (None for
+    softmax; else numbers, one-value or [H] tensors), bound once (a layer's state keeps it until its parameters
+    change).  Eager calls that need no gradient, on CPU tensors in a kernel dtype and without a mask tensor (a
+    decoding step), go straight to the compiled kernel: b and n converted once, no op dispatch, no lse; a small
+    model's decoding step spent as long in those as in the kernel.  Anything else runs ``run_blockwise``."""
+    prepared = {}
+    grads = any(torch.is_tensor(t) and t.requires_grad for t in (b, n))
+
+    def head_params(H, query):
+        key = (H, query.device)
+        if key not in prepared:
+            if b is None:
+                empty = query.new_empty((0,), dtype=torch.float32)
+                prepared[key] = (empty, empty)
+            else:
+                prepared[key] = tuple(_as_head_param(x, H, query).detach().to(torch.float32).contiguous()
+                                      for x in (b, n))
+        return prepared[key]
+
+    def run(query, key, value, mask, is_causal, scale):
+        if (mask is None and type(query) is Tensor and query.device.type == "cpu" and query.dtype in _KERNEL_DTYPES
+                and key.dtype == query.dtype and value.dtype == query.dtype and not torch.compiler.is_compiling()
+                and not (torch.is_grad_enabled() and (grads or query.requires_grad or key.requires_grad
+                                                      or value.requires_grad))):
+            ops = load_kernels()
+            if ops is not None:
+                hb, hn = head_params(query.shape[1], query)
+                s = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+                res = ops.forward(query.contiguous(), key.contiguous(), value.contiguous(), hb, hn, None,
+                                  bool(is_causal), s, block_q, block_k, False, _STATIC_BOUND_MAX, _SERIAL_FLOPS)
+                if res:  # empty: a non-finite q or k element, which run_blockwise's torch path propagates
+                    return res[0]
+        return run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q, block_k)
+
+    return run
+

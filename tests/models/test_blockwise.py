@@ -489,3 +489,31 @@ def test_reduced_precision_op_matches_its_fake_kernel(dtype, kernel):
     out, lse = bw.attention_forward(*args)
     assert out.dtype == dtype and lse.dtype == torch.float32
     torch.library.opcheck(bw.attention_forward, args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_inference_runner_matches_run_blockwise(dtype, kernel):
+    """The bound decoding runner (straight to the kernel when no gradient is needed) gives run_blockwise's
+    outputs: decode and prompt shapes, SSA and softmax, with a mask (its fallback), under autograd (its
+    fallback: gradients reach q and b), and NaN inputs (propagated as by the torch path)."""
+    q, k, v, b, n = _inputs(2, 4, 2, 5, 21, 16, seed=50, dtype=dtype)
+    for bb, nn in ((b, n), (None, None)):
+        run = bw.inference_runner(bb, nn)
+        for qq, causal in ((q[:, :, -1:], False), (q, False), (q[:, :, :5], True)):
+            kk, vv = (k[:, :, :5], v[:, :, :5]) if causal else (k, v)
+            with torch.no_grad():
+                want = bw.run_blockwise(qq, kk, vv, bb, nn, None, causal, None)
+                assert torch.equal(run(qq, kk, vv, None, causal, None), want)
+        mask = _padding_mask(2, 5, 21, seed=50)
+        with torch.no_grad():
+            want = bw.run_blockwise(q, k, v, bb, nn, mask, False, 0.3)
+            torch.testing.assert_close(run(q, k, v, mask, False, 0.3), want)
+    bg = b.clone().requires_grad_(True)
+    qg = q.clone().requires_grad_(True)
+    bw.inference_runner(bg, n)(qg, k, v, None, False, None).float().sum().backward()
+    assert qg.grad is not None and bg.grad is not None and torch.isfinite(bg.grad).all()
+    bad = q.clone()
+    bad[0, 0, 0, 0] = float("nan")
+    with torch.no_grad():
+        out = bw.inference_runner(b, n)(bad, k, v, None, False, None)
+    assert torch.isnan(out[0, 0, 0]).all() and torch.isfinite(out[1]).all()
