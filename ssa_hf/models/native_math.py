@@ -1,7 +1,7 @@
-"""C++ source of the fused CPU kernel, part 1 of 2: BLAS tile products, the vectorised log/exp and SSA's g(s),
+"""C++ source of the fused CPU kernel, part 1 of 3: BLAS tile products, the vectorised log/exp and SSA's g(s),
 the per-row passes of forward and backward, the parallel driver.  Part 2 (native_kernels.py) holds the forward
-and backward kernels and their entry points; native.py joins the two (part 1 opens the anonymous namespace that
-part 2 closes) and builds them.  Part of the remote-code unit (a string, no imports)."""
+and backward kernels, part 3 (native_ops.py) their entry points; native.py joins the three (part 1 opens the
+anonymous namespace that part 2 closes) and builds them.  Part of the remote-code unit (a string, no imports)."""
 
 MATH_SOURCE = r"""
 // SSA / softmax attention for CPU: one parallel region per call (torch's intra-op pool), tile products

@@ -15,7 +15,7 @@ import warnings
 import pytest
 import torch
 
-from ssa_hf.models import native, native_kernels, native_math
+from ssa_hf.models import native
 from ssa_hf.models.blockwise import blockwise_attention
 
 TINY = "extern \"C\" int ssa_hf_cache_probe() { return 42; }\n"
@@ -217,7 +217,7 @@ def test_one_parallel_region_per_call(batch, kv_heads, length, keys, regions):
         torch.set_num_threads(threads)
     assert all(t.grad is not None and t.grad.isfinite().all() for t in (q, k, v, b, n))
     # and no other region: the counted helper is the source's only at::parallel_for
-    source = native_math.MATH_SOURCE + native_kernels.KERNEL_SOURCE
+    source = native.NATIVE_SOURCE
     assert source.count("at::parallel_for(") == 1
 
 

@@ -1,0 +1,174 @@
+"""C++ source of the fused CPU kernel, part 3 of 3: the torch entry points (forward, backward and the helpers the
+tests and benchmarks call) and the operator registration.  See native_math.py (part 1), native_kernels.py
+(part 2) and native.py (the build).  Part of the remote-code unit (a string, no imports)."""
+
+OPS_SOURCE = r"""
+// Forward: returns {out [B, H, Lq, Dv], lse [B, H, Lq]}, or {} when a query or key element is not finite.
+// Rows whose |g| bound (Cauchy-Schwarz) is at most fixed_max use it as a fixed offset: one pass per tile, no
+// running maximum, no rescaling of the partial output (40 keeps exp(g - bound) >= exp(-80), a normal float32).
+std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                          const at::Tensor& b, const at::Tensor& n,
+                                          const c10::optional<at::Tensor>& mask, bool causal, double scale,
+                                          int64_t bq, int64_t bk, bool need_lse, double fixed_max,
+                                          double serial_flops) {
+  Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
+  P.fixed_max = (float)fixed_max;
+  at::Tensor out = at::empty({P.B, P.H, P.Lq, P.Dv}, q.options());
+  at::Tensor lse = at::empty({need_lse ? P.B : 0, P.H, P.Lq}, q.options().dtype(at::kFloat));
+  if (P.Lq == 0) return {out, lse};
+  if (P.Lk == 0) {
+    out.zero_();
+    if (need_lse) lse.fill_(kInf);
+    return {out, lse};
+  }
+  // Short query blocks (decoding steps): the bound would read all of K once more for a handful of rows; run the
+  // online maximum, which checks the scores it sees for inf/NaN instead.
+  P.bounded = P.Lq * P.G >= 16;
+  P.bq = std::max<int64_t>(1, P.bq / P.G);  // block_q counts the rows of a work item, over its G query heads
+  // enough work items for every thread (short sequences, many cores): smaller query blocks
+  const int64_t want = 4 * (int64_t)at::get_num_threads();
+  while (P.bq > 16 && P.B * P.Hkv * ((P.Lq + P.bq - 1) / P.bq) < want) P.bq /= 2;
+  const int64_t nqb = (P.Lq + P.bq - 1) / P.bq;
+  std::atomic<bool> nonfinite{false};
+  float* lsep = need_lse ? lse.data_ptr<float>() : nullptr;
+  if (P.dtype == at::kBFloat16) {
+    Forward<at::BFloat16> f{P, out.data_ptr<at::BFloat16>(), lsep, nqb, &nonfinite};
+    run_items(nqb * P.B * P.Hkv, f, problem_flops(P) < serial_flops);
+  } else if (P.dtype == at::kHalf) {
+    Forward<at::Half> f{P, out.data_ptr<at::Half>(), lsep, nqb, &nonfinite};
+    run_items(nqb * P.B * P.Hkv, f, problem_flops(P) < serial_flops);
+  } else {
+    Forward<float> f{P, out.data_ptr<float>(), lsep, nqb, &nonfinite};
+    run_items(nqb * P.B * P.Hkv, f, problem_flops(P) < serial_flops);
+  }
+  if (nonfinite.load()) return {};
+  return {out, lse};
+}
+
+// Backward: returns {dq, dk, dv, dn_sum [H] float64, db_sum [H] float64}; dn_sum = sum over rows of
+// sum(dL/dg * g) (dL/dn = dn_sum / n), db_sum = sum over rows of q . dq (dL/db = db_sum / b); both empty for
+// softmax or when need_bn is false.
+std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                                           const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                                           const at::Tensor& b, const at::Tensor& n,
+                                           const c10::optional<at::Tensor>& mask, bool causal, double scale,
+                                           int64_t bq, int64_t bk, bool need_bn, double serial_flops) {
+  Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
+  TORCH_CHECK(dout.is_contiguous() && out.is_contiguous() && lse.is_contiguous(), "ssa_hf fused kernel: contiguous tensors expected");
+  TORCH_CHECK(dout.scalar_type() == P.dtype && out.scalar_type() == P.dtype && lse.scalar_type() == at::kFloat,
+              "ssa_hf fused kernel: dout and out in the dtype of q, lse in float32");
+  const bool bn = need_bn && P.b != nullptr;
+  const bool reduced = P.dtype != at::kFloat;
+  if (P.Lq == 0) return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kDouble)), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kDouble))};
+  const int64_t nkb = P.Lk == 0 ? 0 : (P.Lk + P.bk - 1) / P.bk;
+  // enough items for every thread: split the key blocks of a (batch, kv head) when there are few of those
+  const int64_t want = 4 * (int64_t)at::get_num_threads();
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(nkb, (want + P.B * P.Hkv - 1) / (P.B * P.Hkv)));
+  // uninitialised: every item zeroes what it owns (a zero-fill here would be one more parallel region).  The fp32
+  // partial dq: float32 calls with one chunk write the result there; bf16/fp16 calls with one chunk keep it in
+  // each item's scratch (none here)
+  const auto f32 = q.options().dtype(at::kFloat);
+  at::Tensor dqp = (reduced && chunks == 1) ? at::empty({0}, f32) : at::empty({chunks, P.B, P.H, P.Lq, P.D}, f32);
+  at::Tensor dq = (!reduced && chunks == 1) ? dqp[0] : at::empty_like(q);
+  at::Tensor dk = at::empty_like(k);
+  at::Tensor dv = at::empty_like(v);
+  at::Tensor dnp = bn ? at::zeros({chunks, P.B, P.H}, q.options().dtype(at::kDouble)) : at::Tensor();
+  at::Tensor qdq = bn ? at::zeros({P.B, P.H}, q.options().dtype(at::kDouble)) : at::Tensor();
+  if (nkb == 0) {  // no keys: no gradient anywhere
+    dq.zero_(); dk.zero_(); dv.zero_();
+  } else {
+    std::unique_ptr<std::atomic<int32_t>[]> done(new std::atomic<int32_t>[P.B * P.Hkv]);
+    for (int64_t x = 0; x < P.B * P.Hkv; ++x) done[x] = 0;
+    std::atomic<bool> nonfinite{false};
+    double* dnpp = bn ? dnp.data_ptr<double>() : nullptr;
+    double* qdqp = bn ? qdq.data_ptr<double>() : nullptr;
+    const bool serial = problem_flops(P) < serial_flops;
+    auto launch = [&](auto zero) {
+      using T = decltype(zero);
+      Backward<T> f{P, dout.data_ptr<T>(), out.data_ptr<T>(), lse.data_ptr<float>(), dqp.data_ptr<float>(),
+                    dq.data_ptr<T>(), dk.data_ptr<T>(), dv.data_ptr<T>(), dnpp, qdqp, nkb, chunks, done.get(),
+                    &nonfinite};
+      run_items(P.B * P.Hkv * chunks, f, serial);
+    };
+    if (P.dtype == at::kBFloat16) launch(at::BFloat16(0.0f));
+    else if (P.dtype == at::kHalf) launch(at::Half(0.0f));
+    else launch(0.0f);
+    if (nonfinite.load()) return {};  // the torch path propagates inf/NaN as eager attention does
+  }
+  at::Tensor dn_sum, db_sum;
+  if (bn) {
+    dn_sum = dnp.sum({0, 1});
+    db_sum = qdq.sum(0);
+  } else {
+    dn_sum = at::empty({0}, q.options().dtype(at::kDouble));
+    db_sum = at::empty({0}, q.options().dtype(at::kDouble));
+  }
+  return {dq, dk, dv, dn_sum, db_sum};
+}
+
+// The number of threads that ran a parallel region of n items (tests: the kernel really runs on torch's pool).
+int64_t ssa_parallel_width(int64_t n) {
+  std::atomic<int64_t> width{0};
+  parallel(n, [&](int64_t, int64_t) {
+    const int64_t t = at::get_thread_num() + 1;
+    int64_t w = width.load();
+    while (t > w && !width.compare_exchange_weak(w, t)) {
+    }
+  });
+  return width.load();
+}
+
+// The number of parallel regions the forward and backward kernels have opened in this process (tests).
+int64_t ssa_parallel_regions() { return g_regions.load(); }
+
+// Lanes of the vectorised per-score passes this build holds (16: AVX-512, 8: AVX2, 0: portable only), and a switch
+// to the portable passes (tests run both paths against the float64 oracle); returns the lanes in use.
+int64_t ssa_vector_lanes() { return vector_lanes(); }
+// The per-score pass alone, in place on a float32 [R, C] tile (the path in use): forward (dp empty) S -> P =
+// 2^(g2 - off log2 e), returning the row sums; backward S -> P, dp -> dS, returning the rows' sum(dg g).  For
+// the accuracy test against float64 and the per-score timing of bench_attention.py.
+at::Tensor ssa_score_pass(at::Tensor s, at::Tensor dp, double scale, double b, double n, double off, double d,
+                          bool ssa) {
+  TORCH_CHECK(s.scalar_type() == at::kFloat && s.dim() == 2 && s.is_contiguous(), "score_pass: contiguous 2-D float32");
+  const bool bwd = dp.numel() > 0;
+  TORCH_CHECK(!bwd || (dp.sizes() == s.sizes() && dp.scalar_type() == at::kFloat && dp.is_contiguous()),
+              "score_pass: dp like s");
+  const int64_t R = s.size(0), C = s.size(1);
+  at::Tensor out = at::empty({R}, s.options());
+  float* S = s.data_ptr<float>();
+  float* dP = bwd ? dp.data_ptr<float>() : nullptr;
+  for (int64_t r = 0; r < R; ++r) {
+    float* row = S + r * C;
+    float res;
+    if (bwd) res = ssa ? bwd_row_path<true, false>(row, dP + r * C, nullptr, C, scale, b, n, off, d)
+                       : bwd_row_path<false, false>(row, dP + r * C, nullptr, C, scale, b, n, off, d);
+    else res = ssa ? fwd_row_path<true, false>(row, nullptr, C, C, scale, b, n, off)
+                   : fwd_row_path<false, false>(row, nullptr, C, C, scale, b, n, off);
+    out.data_ptr<float>()[r] = res;
+  }
+  return out;
+}
+
+// The bf16 forward's Q K^T products: -1 as the CPU suits (brgemm with AMX), 0 fp32 on converted tiles, 1 brgemm;
+// returns whether brgemm is in use.
+bool ssa_set_bf16_brgemm(int64_t mode) {
+  g_bf16_brgemm.store((int)mode);
+  return bf16_brgemm();
+}
+
+int64_t ssa_set_portable(bool portable) {
+  g_portable.store(portable);
+  return vector_path() ? vector_lanes() : 0;
+}
+
+TORCH_LIBRARY(SSA_HF_NS, m) {
+  m.def("parallel_width", &ssa_parallel_width);
+  m.def("parallel_regions", &ssa_parallel_regions);
+  m.def("vector_lanes", &ssa_vector_lanes);
+  m.def("set_portable", &ssa_set_portable);
+  m.def("set_bf16_brgemm", &ssa_set_bf16_brgemm);
+  m.def("score_pass", &ssa_score_pass);
+  m.def("forward", &ssa_fused_forward);
+  m.def("backward", &ssa_fused_backward);
+}
+"""
