@@ -82,7 +82,7 @@ def check_implementation(config, requested: str | None, aliases: bool = True) ->
 
 def _check_scoring_runs(model, args) -> None:
     # a forward pre-hook: a config edited by hand (`config._attn_implementation = "sdpa"`, which transformers then
-    # calls as it is: no alias applies) is caught too; checked again only when one of the settings it depends on
+    # calls as it is) is mapped or refused too; checked again only when one of the settings it depends on
     # has changed (a decoding step is a forward per token; transformers' config attribute lookup costs
     # microseconds, so the ssa-hf field is read from the config's own storage)
     config, compiling = model.config, torch.compiler.is_compiling()
@@ -93,8 +93,8 @@ def _check_scoring_runs(model, args) -> None:
         implementation = config._attn_implementation
     state = (implementation, scoring if isinstance(scoring, str) else repr(scoring))
     if model.__dict__.get("_ssa_checked_state") != state:
-        model.assert_scoring_runs()
-        model._ssa_checked_state = state
+        model.assert_scoring_runs()  # may map a hand-set standard name: the state is the name that runs
+        model._ssa_checked_state = (config._attn_implementation, state[1])
 
 
 _UNREAD = object()
@@ -122,7 +122,15 @@ class SSAModelMixin:
         return super().get_correct_attn_implementation(implementation, is_init_check)
 
     def assert_scoring_runs(self) -> None:
-        """Refuse a config whose attention implementation, as transformers will call it, cannot run its scoring."""
+        """Refuse a config whose attention implementation, as transformers will call it, cannot run its scoring.
+        A standard name set on the config by hand (`model.config._attn_implementation = "eager"`, which transformers
+        would call as it is, i.e. softmax) is first mapped as a request of it is (eager -> ssa_eager, sdpa ->
+        ssa_auto), so that it never runs softmax in place of the configured scoring function."""
+        current = self.config._attn_implementation
+        mapped = resolve_implementation(self.config, current)
+        if mapped != current and mapped in IMPLEMENTATIONS:
+            logger.info("config._attn_implementation=%r set by hand runs ssa-hf's %r", current, mapped)
+            self.config._attn_implementation = mapped
         check_implementation(self.config, self.config._attn_implementation, aliases=False)
 
     def _init_weights(self, module):

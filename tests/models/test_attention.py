@@ -232,16 +232,20 @@ def test_decoding_checks_the_values_once_per_layer_not_per_step(monkeypatch):
             model.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=0)
 
 
-def test_an_implementation_edited_by_hand_to_softmax_is_refused():
-    """`config._attn_implementation = "sdpa"` on an SSA model would make transformers call its softmax SDPA (no alias
-    applies to a hand edit): the forward refuses instead; on a softmax model it runs."""
+def test_a_standard_implementation_set_by_hand_runs_the_configured_scoring():
+    """`config._attn_implementation = "sdpa"` (or "eager") on an SSA model would make transformers call its softmax
+    (a hand edit bypasses the aliases): the forward maps it as a request of that name is mapped, so the SSA model
+    gives its own logits, never softmax's; a name that cannot run SSA set by hand is refused (test_modeling)."""
     from tests.models.tiny import build
 
     ids = torch.randint(4, 64, (1, 6))
     model = build("llama", "ssa").eval()
-    model.config._attn_implementation = "sdpa"
-    with torch.no_grad(), pytest.raises(ValueError, match="cannot run attention_scoring='ssa'"):
-        model(ids)
+    with torch.no_grad():
+        want = model(ids).logits
+        for name, runs in (("sdpa", "ssa_auto"), ("eager", "ssa_eager")):
+            model.config._attn_implementation = name
+            torch.testing.assert_close(model(ids).logits, want, rtol=1e-5, atol=1e-6)
+            assert model.config._attn_implementation == runs
     softmax = build("llama", "softmax").eval()
     softmax.config._attn_implementation = "sdpa"
     with torch.no_grad():
