@@ -401,15 +401,20 @@ def main(argv=None) -> int:
         lines.append(f"| {r['preset']} | {r['length']} | {r['variant']} | {r['parameters']:,} | "
                      f"{r['train_tokens_per_s']:.0f} | {r['train_tokens_per_s_vs_softmax']:.2f} | "
                      f"{r['train_tokens_per_s_vs_sdpa']:.2f} | {_interval(r['train_vs_stock_paired'])} | {dec} |")
-    text = "\n".join(lines)
-    Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows, "table": text}, indent=2) + "\n")
-    print(f"\n{args.dtype} weights{' under bf16 autocast' if args.autocast else ''}; batch {args.batch}, median of >= {args.steps} training steps (and >= {args.min_seconds} s) after {args.warmup} warm-up; decoding: prompt "
+    _write_and_print(args.output, machine, rows, lines, f"{args.dtype} weights{' under bf16 autocast' if args.autocast else ''}; batch {args.batch}, median of >= {args.steps} training steps (and >= {args.min_seconds} s) after {args.warmup} warm-up; decoding: prompt "
           f"{args.prompt}, {args.new_tokens} new tokens, greedy with KV cache (median of {args.decode_repeats}); "
           f"{machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; {args.load} busy processes; machine busy before/after: "
-          f"{busy_before}/{machine['busy_after']} (0 = idle)\n")
-    print(text)
-    print(f"\nwrote {args.output}")
+          f"{busy_before}/{machine['busy_after']} (0 = idle)")
     return 0
+
+
+def _write_and_print(output, machine, rows, lines, header) -> None:
+    """The JSON (machine, rows, the markdown table) and the header line and table on stdout."""
+    text = "\n".join(lines)
+    Path(output).write_text(json.dumps({"machine": machine, "rows": rows, "table": text}, indent=2) + "\n")
+    print(f"\n{header}\n")
+    print(text)
+    print(f"\nwrote {output}")
 
 
 def decode_main(args) -> int:
@@ -441,14 +446,10 @@ def decode_main(args) -> int:
         lines += [f"| {r['preset']} | {r['cache_length']} | {r['variant']} | {r['step_us']:.0f} | "
                   f"{_interval(r['vs_stock_paired'])} | {_interval(r['vs_sdpa_paired'])} |" for r in rows]
         what = "greedy decoding steps (one token, KV cache), time ratios (> 1: slower than the stock class)"
-    text = "\n".join(lines)
-    Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows, "table": text}, indent=2) + "\n")
-    print(f"\n{what}; {args.dtype}; {machine['cpu']}, {machine['cores']} cores, {args.threads} threads, torch "
+    _write_and_print(args.output, machine, rows, lines, f"{what}; {args.dtype}; {machine['cpu']}, {machine['cores']} cores, {args.threads} threads, torch "
           f"{machine['torch']}; median of {args.rounds} rounds of {args.steps_per_round}; load average before/after "
           f"{load_before[0]:.2f}/{machine['loadavg_after'][0]:.2f}, busy before/after {busy_before}/{machine['busy_after']}, "
-          f"{args.load} busy processes\n")
-    print(text)
-    print(f"\nwrote {args.output}")
+          f"{args.load} busy processes")
     return 0
 
 

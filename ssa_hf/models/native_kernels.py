@@ -202,6 +202,16 @@ struct Backward {
 
   int64_t per() const { return (nkb + chunks - 1) / chunks; }  // key blocks per chunk
 
+  // n elements as float32: the input itself (float), else converted into scratch
+  static const float* as_float(const T* src, float* scratch, int64_t n) {
+    if constexpr (kReduced) {
+      at::vec::convert(src, scratch, n);
+      return scratch;
+    } else {
+      return src;
+    }
+  }
+
   struct Scratch {
     std::vector<float> s, dp, delta;
     // reduced dtypes: fp32 copies of the tiles being multiplied, and fp32 sums of the item's dk, dv rows and (one
@@ -299,14 +309,8 @@ struct Backward {
     float* dP = w.dp.data();
     for (int64_t jb = jb0; jb < jb1; ++jb) {
       const int64_t j0 = jb * P.bk, C = std::min(P.bk, P.Lk - j0);
-      const float *kt, *vt;
-      if constexpr (kReduced) {
-        at::vec::convert(kb + j0 * P.D, w.kf.data(), C * P.D);
-        at::vec::convert(vb + j0 * P.Dv, w.vf.data(), C * P.Dv);
-        kt = w.kf.data(); vt = w.vf.data();
-      } else {
-        kt = kb + j0 * P.D; vt = vb + j0 * P.Dv;
-      }
+      const float* kt = as_float(kb + j0 * P.D, w.kf.data(), C * P.D);
+      const float* vt = as_float(vb + j0 * P.Dv, w.vf.data(), C * P.Dv);
       float* dkt = dkr + (j0 - j0k) * P.D;
       float* dvt = dvr + (j0 - j0k) * P.Dv;
       for (int64_t g = 0; g < P.G; ++g) {
@@ -320,14 +324,8 @@ struct Backward {
         const int64_t istart = P.causal ? (j0 / P.bq) * P.bq : 0;
         for (int64_t i0 = istart; i0 < P.Lq; i0 += P.bq) {
           const int64_t R = std::min(P.bq, P.Lq - i0);
-          const float *qt, *dot;
-          if constexpr (kReduced) {
-            at::vec::convert(qh + i0 * P.D, w.qf.data(), R * P.D);
-            at::vec::convert(doh + i0 * P.Dv, w.dof.data(), R * P.Dv);
-            qt = w.qf.data(); dot = w.dof.data();
-          } else {
-            qt = qh + i0 * P.D; dot = doh + i0 * P.Dv;
-          }
+          const float* qt = as_float(qh + i0 * P.D, w.qf.data(), R * P.D);
+          const float* dot = as_float(doh + i0 * P.Dv, w.dof.data(), R * P.Dv);
           gemm(false, true, R, C, P.D, 1.0f, qt, P.D, kt, P.D, 0.0f, S, P.bk);
           gemm(false, true, R, C, P.Dv, 1.0f, dot, P.Dv, vt, P.Dv, 0.0f, dP, P.bk);
           bool any = false;
