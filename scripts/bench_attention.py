@@ -16,9 +16,10 @@ another) that measures:
 Ratios are against SDPA softmax of the same length and mode, measured in the same run.
 Each row also gives its share of the machine's GEMM peak: the attention's useful flops (forward: Q K^T and P V;
 fwd+bwd: those and the backward's four products; causal: the visible half) per second, over the rate of a large
-torch.matmul measured at the start of the run with the same threads (float32, and bfloat16 for bfloat16 runs;
-float16 runs: the kernel's tile products are float32 products of converted fp16 tiles, compared with the float32
-peak). The CPU's model and its
+torch.matmul measured at the start of the run with the same threads (float32; bfloat16 runs: the faster of the
+bf16 and float32 rates, since a CPU without bf16 products multiplies bf16 far below its float32 rate while converted
+tiles run at it; float16 runs: the kernel's tile products are float32 products of converted fp16 tiles, compared
+with the float32 peak). The CPU's model and its
 vector/matrix features (AVX2, AVX-512 and its bf16/VNNI/FP16 extensions, AMX; NEON/SVE on Arm) and the fused
 kernel's vector lanes are recorded with the results.
 
@@ -304,8 +305,18 @@ def attention_flops(mode: str, batch: int, heads: int, length: int, head_dim: in
     return products * 2.0 * batch * heads * length * length * head_dim * (0.5 if causal else 1.0)
 
 
+def share_peak(peaks: dict, dtype_name: str) -> float | None:
+    """The GEMM peak a cell's share is taken against: float32's, and for bfloat16 the faster of bf16's and float32's
+    (a CPU without native bf16 products -- no AVX512-BF16 or AMX, e.g. an AVX2-only one -- runs torch's bf16 matmul
+    far below its float32 rate, 0.3 against 116 GFLOP/s on an AVX2 Zen 3, while either kernel can multiply
+    converted tiles at the float32 rate: a share of the slow bf16 rate would read thousands of percent)."""
+    if dtype_name == "bfloat16" and "bfloat16" in peaks:
+        return max(peaks["bfloat16"], peaks.get("float32") or 0.0)
+    return peaks.get("float32")
+
+
 def _add_shares(rows: list[dict], peaks: dict, cell: dict) -> None:
-    peak = peaks.get("bfloat16" if cell["dtype"] == "bfloat16" else "float32")
+    peak = share_peak(peaks, cell["dtype"])
     for r in rows:
         if "time_s" in r and peak:
             flops = attention_flops(r["mode"], cell["batch"], cell["heads"], r["length"], cell["head_dim"],
