@@ -175,6 +175,8 @@ class ScoringParameters(ScoringModule):
         problems = []
         with torch.no_grad():
             for name, value in self().items():
+                if hasattr(value, "full_tensor"):  # sharded (FSDP2) between optimizer steps: gathered (collective)
+                    value = value.full_tensor()
                 values = value.detach().double().cpu().reshape(-1).tolist()
                 # the declared floor (b > 0, n >= 1, ...); a learned `exp` parameter only promises > 0
                 bound, included = self.specs[name].load_bound(self.settings)

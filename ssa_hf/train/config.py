@@ -91,7 +91,8 @@ class PretrainConfig:
     adam_epsilon: AdamW epsilon.
     max_grad_norm: clip the gradient norm to this (0: no clipping; the norm is still computed and checked).
     skip_nonfinite_steps: on a NaN/inf loss or gradient norm, skip that optimizer update (counted in the metrics as
-        skipped_nonfinite_steps) instead of stopping the run with an error.
+        skipped_nonfinite_steps) instead of stopping the run with an error; an update that leaves a scoring parameter
+        outside its range (b <= 0, n < 1, NaN, ...) has its scoring part undone instead (rejected_scoring_updates).
     mixed_precision: auto (bf16 where the GPU supports it, else no), no, bf16 or fp16.
     cpu: train on the CPU even if a GPU is present.
     cpu_threads: torch threads per process when training on the CPU (null: torch's default). Small models on a

@@ -40,9 +40,10 @@ from .metrics import (
     versions,
 )
 from .resume import finished_run
-from .setup import Run, check_push_settings, check_schedule, make_accelerator, model_config_for, setup_run, start_point
-from .state import NonFiniteError
-from .uptrain import hold_all_but_scoring, source_record
+from .setup import (Run, check_push_settings, check_schedule, make_accelerator, model_config_for, prime_adam_state,
+                    setup_run, start_point)
+from .state import NonFiniteError, ScoringParameterError
+from .uptrain import hold_all_but_scoring, is_scoring, source_record
 from .validation import evaluate
 
 logger = logging.getLogger("ssa_hf.train")
@@ -182,7 +183,10 @@ def train_step(run: Run, report: Report) -> tuple[torch.Tensor, torch.Tensor | N
     if nonfinite_step(accelerator, config, run.step + 1, step_loss, grad_norm):
         run.skipped_steps += 1
     else:
+        saved = scoring_snapshot(run) if config.skip_nonfinite_steps else None
         run.optimizer.step()
+        if not scoring_update_valid(run, run.step + 1, saved):
+            run.rejected_scoring_updates += 1
         report.loss += step_loss
         report.counted += 1
     run.scheduler.step()
@@ -231,6 +235,72 @@ def nonfinite_step(accelerator, config: PretrainConfig, step: int, loss: torch.T
     )
 
 
+def scoring_problems(model) -> list[str]:
+    """Every scoring parameter value (b, n, ...) that is not finite or outside its declared bound, as
+    'module.name: reason' lines: the criterion the attention layers apply before they use the values (a few values
+    per layer, gathered when sharded: every process calls this in the same order)."""
+    from ..models.settings import ScoringParameters
+
+    return [line for path, module in model.named_modules() if isinstance(module, ScoringParameters)
+            for line in module.parameter_problems(f"{path}.")]
+
+
+def _listed(problems: list[str], shown: int = 4) -> str:
+    return "; ".join(problems[:shown]) + (f"; and {len(problems) - shown} more" if len(problems) > shown else "")
+
+
+def scoring_snapshot(run: Run) -> list[tuple[torch.Tensor, torch.Tensor, dict[str, Any]]]:
+    """(parameter, copy of its values, copy of its optimizer state) for every trained scoring parameter: a few
+    floats per layer, taken before the update so that `scoring_update_valid` can undo the scoring part of it."""
+    inner = getattr(run.optimizer, "optimizer", run.optimizer)
+    trained = [p for name, p in run.unwrapped.named_parameters() if p.requires_grad and is_scoring(name)]
+    if any(not inner.state.get(p) for p in trained):
+        # before its first update a parameter has no state; AdamW's initial one (step 0, zero moments) is what
+        # an undone update restores, so that a checkpoint holds every parameter's state and resumes exactly
+        prime_adam_state(run.optimizer)
+    with torch.no_grad():
+        return [(p, p.detach().clone(), {k: v.clone() if isinstance(v, torch.Tensor) else v
+                                          for k, v in inner.state[p].items()}) for p in trained]
+
+
+def scoring_update_valid(run: Run, step: int, saved) -> bool:
+    """Check the scoring parameters the optimizer update of `step` has just changed, before the step is counted,
+    logged, evaluated or saved (the attention layers would refuse them at the next forward, without the step).
+
+    Valid: True. Invalid (b <= 0, n < 1, NaN, ...: an update too large for them, e.g. a learning rate that drives a
+    softplus b to exactly 0): with `--skip_nonfinite_steps` (`saved` taken), the scoring part of the update is
+    undone, values and optimizer state restored bitwise from `saved`, the rest of the update kept; False.
+    Otherwise ScoringParameterError naming the step; no checkpoint of it is written."""
+    problems = scoring_problems(run.unwrapped)
+    if not problems:
+        return True
+    if saved:
+        inner = getattr(run.optimizer, "optimizer", run.optimizer)
+        with torch.no_grad():
+            for parameter, values, state in saved:
+                parameter.copy_(values)
+                inner.state[parameter] = state  # (the copies: nothing else holds them)
+        left = scoring_problems(run.unwrapped)
+        if not left:
+            logger.warning(
+                "step %d: the update left scoring parameters invalid (%s); their update is undone (values and "
+                "optimizer state restored), the other weights keep theirs (--skip_nonfinite_steps). Lower "
+                "learning_rate or scoring_learning_rate if this repeats", step, _listed(problems))
+            return False
+        problems = left  # (not restorable: e.g. parameters the optimizer holds under other names)
+    checkpoints = list_checkpoints(run.output_dir)
+    resume = (f"the last checkpoint is {checkpoints[-1][1]} (continue from it with --resume after the change)"
+              if checkpoints else "no checkpoint was written before it")
+    raise ScoringParameterError(
+        f"step {step}: the optimizer update left scoring parameters outside their valid range (b > 0, n >= 1, "
+        f"t, s, m > 0, alpha > 1, all finite): {_listed(problems)}. Training stopped after that update; no checkpoint of this "
+        f"step is written, {resume}. Lower learning_rate (or set a smaller scoring_learning_rate), lengthen "
+        "warmup_steps, or check the parameters' bounds and parametrization (scoring_parametrization: softplus keeps "
+        "b > 0 and n >= 1 until an update far too large underflows them); --skip_nonfinite_steps undoes such "
+        "scoring updates and continues, counting them (rejected_scoring_updates)"
+    )
+
+
 # --------------------------------------------------------------------------------------------------
 # Reporting and saving
 # --------------------------------------------------------------------------------------------------
@@ -272,6 +342,7 @@ def log_training(run: Run, report: Report, step_loss: torch.Tensor, grad_norm, p
         record["grad_norm"] = float(grad_norm)
     if run.config.skip_nonfinite_steps:
         record["skipped_nonfinite_steps"] = run.skipped_steps
+        record["rejected_scoring_updates"] = run.rejected_scoring_updates
     record.update(scoring_statistics(run.unwrapped))
     log(run, record)
     progress.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['learning_rate']:.2e}",
@@ -294,6 +365,7 @@ def save(run: Run) -> None:
         "num_processes": accelerator.num_processes,
         "examples_seen_per_process": gather_ints(accelerator, run.examples_seen),
         "skipped_nonfinite_steps": run.skipped_steps,
+        "rejected_scoring_updates": run.rejected_scoring_updates,
         "run_name": run.run_name,
         "config": config.to_dict(),
     }
@@ -354,6 +426,7 @@ def run_metrics(run: Run, report: Report) -> dict[str, Any]:
         "resumed_from": str(run.start.checkpoint) if run.start.checkpoint is not None else None,
         "resume_skipped_checkpoints": run.start.skipped,
         "skipped_nonfinite_steps": run.skipped_steps,
+        "rejected_scoring_updates": run.rejected_scoring_updates,
         "global_batch_size": config.per_device_train_batch_size * run.accumulation * accelerator.num_processes,
         "gradient_accumulation_steps": run.accumulation,
         "mixed_precision": accelerator.mixed_precision,

@@ -55,6 +55,7 @@ class Run:
     tokens_local: int = 0
     examples_seen: int = 0
     skipped_steps: int = 0
+    rejected_scoring_updates: int = 0  # scoring updates undone under --skip_nonfinite_steps (loop.scoring_update_valid)
     history: list[dict[str, Any]] = field(default_factory=list)
     first_indices: list[int] | None = None
 
@@ -145,6 +146,7 @@ def restore(run: Run, checkpoint: Path) -> None:
     rank = run.accelerator.process_index
     run.step = int(trainer_state["step"])
     run.skipped_steps = int(trainer_state.get("skipped_nonfinite_steps", 0))
+    run.rejected_scoring_updates = int(trainer_state.get("rejected_scoring_updates", 0))
     run.tokens_local = int(trainer_state["tokens_seen_per_process"][rank])
     run.examples_seen = int(trainer_state["examples_seen_per_process"][rank])
     run.stream.load_state_dict(data_state)

@@ -44,6 +44,10 @@ class NonFiniteError(FloatingPointError, ValueError):
     """NaN or inf where training needs finite numbers (loss, gradient norm, weights), with the step."""
 
 
+class ScoringParameterError(ValueError):
+    """An optimizer update that left scoring parameters (b, n, ...) non-finite or outside their range, with the step."""
+
+
 def rng_file(rank: int) -> str:
     return f"rng_state_rank{rank}.json"
 

@@ -105,12 +105,14 @@ def test_skip_nonfinite_steps_skips_and_counts(corpora, tmp_path, monkeypatch):
 
 def test_a_huge_learning_rate_never_writes_non_finite_weights(corpora, tmp_path):
     """lr = 1e30 (finite, so accepted) blows the weights up: the run stops with an error, and every checkpoint it
-    wrote holds finite weights. The first update drives a softplus b to exactly 0, which the attention layer refuses
-    at the next forward, naming the layer (before that check, b = 0 ran as uniform attention until the loss
-    overflowed and the loop's NonFiniteError stopped the run)."""
-    with pytest.raises(ValueError, match=r"Invalid scoring parameters in the \w+ of layer \d .*scoring\.b: must be > 0"):
+    wrote holds finite weights. The first update drives a softplus b to exactly 0: the loop's check after the
+    update stops the run naming the step and the layer, before that step is saved (before that check the
+    attention layer refused b = 0 at the next forward, without the step, after checkpoint 1 had been written with
+    it; before the layer's check, b = 0 ran as uniform attention until the loss overflowed)."""
+    with pytest.raises(ValueError, match=r"^step 1: the optimizer update left scoring parameters .*layers\.\d\.self_attn\.scoring\.b: must be > 0"):
         pretrain(tiny_config("causal", corpora, tmp_path / "run", learning_rate=1e30, min_learning_rate=0.0,
                              save_steps=1, save_total_limit=0, warmup_steps=0))
+    assert list_checkpoints(tmp_path / "run") == []
     assert _all_checkpoints_finite(tmp_path / "run")
     assert not (tmp_path / "run" / "final").exists()
 
