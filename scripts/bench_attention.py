@@ -279,11 +279,20 @@ def cpu_description() -> dict:
 
 
 def gemm_peak_gflops(dtype_name: str, threads: int, size: int = 2048, seconds: float = 3.0) -> float:
-    """The best rate of a [size x size] @ [size x size] torch.matmul in `dtype_name` (GFLOP/s)."""
+    """The best rate of a [size x size] @ [size x size] torch.matmul in `dtype_name` (GFLOP/s).  A dtype the CPU
+    multiplies slowly (bf16 without AVX512-BF16 or AMX: 0.3 GFLOP/s, a minute for one 2048^3 product) is measured
+    at a size whose product takes about 0.2 s instead, when a 256^3 product says `size` would take over 2 s."""
     import torch
 
     torch.set_num_threads(threads)
     dtype = getattr(torch, dtype_name)
+    probe = torch.randn(256, 256).to(dtype)
+    torch.matmul(probe, probe)
+    start = time.perf_counter()
+    torch.matmul(probe, probe)
+    rate = 2.0 * 256 ** 3 / max(time.perf_counter() - start, 1e-9)
+    if 2.0 * size ** 3 / rate > 2.0:
+        size = int(max(256, (rate * 0.2 / 2.0) ** (1 / 3)))
     a = torch.randn(size, size).to(dtype)
     b = torch.randn(size, size).to(dtype)
     torch.matmul(a, b)

@@ -1,9 +1,72 @@
-"""C++ source of the fused CPU kernel, part 2 of 3: the forward and backward kernels over (batch, key/value head,
-block) work items, and the Problem they read from the tensors (part 2 closes the anonymous namespace part 1
+"""C++ source of the fused CPU kernel, part 2 of 3: the per-item row bounds and the decoding steps' few-row
+products, the forward and backward kernels over (batch, key/value head, block) work items, and the Problem they
+read from the tensors (part 2 closes the anonymous namespace part 1
 opens).  native_math.py is part 1, native_ops.py part 3 (the torch entry points and the operator registration);
 native.py joins and builds them.  Part of the remote-code unit (a string, no imports)."""
 
 KERNEL_SOURCE = r"""
+// |g| bound of each row of a work item (Cauchy-Schwarz): |g| <= |n| log(1 + b |scale| |q| max|k|), the maximum
+// over the keys [0, kend) the item can see.  Written to m[rows]; returns false if a q or k element it reads is
+// not finite (the caller then runs the torch path, which propagates inf/NaN as eager attention does).
+template <typename T>
+inline bool item_bounds(const Problem& P, const T* q, int64_t rows, int64_t R, const T* k, int64_t kend,
+                        int64_t hk, float* m) {
+  float kmax = 0.0f;
+  bool ok = true;
+  for (int64_t j = 0; j < kend; ++j) {
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t d = 0; d < P.D; ++d) acc += (float)k[j * P.D + d] * (float)k[j * P.D + d];
+    ok = ok && std::isfinite(acc);
+    kmax = std::max(kmax, acc);
+  }
+  const float km = std::sqrt(kmax) * std::fabs(P.scale);
+  for (int64_t rr = 0; rr < rows; ++rr) {
+    const T* qq = q + rr * P.D;
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t d = 0; d < P.D; ++d) acc += (float)qq[d] * (float)qq[d];
+    const float x = std::sqrt(acc) * km;
+    ok = ok && std::isfinite(x);
+    const int64_t h = hk * P.G + rr / R;
+    m[rr] = P.b ? std::fabs(P.n[h]) * std::log1p(P.b[h] * x) : x;
+  }
+  return ok;
+}
+
+// Decoding steps have one query row per head (G per work item): plain vectorised dot products and axpys beat a
+// BLAS call on a 1-row matrix.
+constexpr int64_t kFewRows = 4;
+
+template <typename T>
+inline void few_rows_scores(const T* q, const T* k, int64_t rows, int64_t C, int64_t D, float* S, int64_t lds) {
+  for (int64_t c = 0; c < C; ++c) {
+    const T* kc = k + c * D;
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* qr = q + r * D;
+      float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t d = 0; d < D; ++d) acc += (float)qr[d] * (float)kc[d];
+      S[r * lds + c] = acc;
+    }
+  }
+}
+
+template <typename T>
+inline void few_rows_values(const float* S, int64_t lds, const T* v, int64_t rows, int64_t C, int64_t Dv,
+                            bool first, float* acc) {
+  if (first) std::fill(acc, acc + rows * Dv, 0.0f);
+  for (int64_t c = 0; c < C; ++c) {
+    const T* vc = v + c * Dv;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float p = S[r * lds + c];
+      float* ar = acc + r * Dv;
+#pragma omp simd
+      for (int64_t d = 0; d < Dv; ++d) ar[d] += p * (float)vc[d];
+    }
+  }
+}
+
 // bfloat16 tile products, bf16 x bf16 -> fp32, through torch's exported at::native::cpublas::brgemm (oneDNN's
 // brgemm ukernel on AMX CPUs; elsewhere torch's own bf16 gemm): C[m x n] (+)= A[m x k] B[k x n], row-major, B in
 // its plain (not VNNI-packed) layout
