@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ..data.corpus import batch_generator, collate_causal
+from ..models.modeling_common import scoring_parameter_problems
 from ..reporting import atomic_write_json
 from .checkpoint import list_checkpoints, on_main, save_checkpoint
 from .config import ConfigError, PretrainConfig
@@ -235,16 +236,6 @@ def nonfinite_step(accelerator, config: PretrainConfig, step: int, loss: torch.T
     )
 
 
-def scoring_problems(model) -> list[str]:
-    """Every scoring parameter value (b, n, ...) that is not finite or outside its declared bound, as
-    'module.name: reason' lines: the criterion the attention layers apply before they use the values (a few values
-    per layer, gathered when sharded: every process calls this in the same order)."""
-    from ..models.settings import ScoringParameters
-
-    return [line for path, module in model.named_modules() if isinstance(module, ScoringParameters)
-            for line in module.parameter_problems(f"{path}.")]
-
-
 def _listed(problems: list[str], shown: int = 4) -> str:
     return "; ".join(problems[:shown]) + (f"; and {len(problems) - shown} more" if len(problems) > shown else "")
 
@@ -271,7 +262,7 @@ def scoring_update_valid(run: Run, step: int, saved) -> bool:
     softplus b to exactly 0): with `--skip_nonfinite_steps` (`saved` taken), the scoring part of the update is
     undone, values and optimizer state restored bitwise from `saved`, the rest of the update kept; False.
     Otherwise ScoringParameterError naming the step; no checkpoint of it is written."""
-    problems = scoring_problems(run.unwrapped)
+    problems = scoring_parameter_problems(run.unwrapped)
     if not problems:
         return True
     if saved:
@@ -280,7 +271,7 @@ def scoring_update_valid(run: Run, step: int, saved) -> bool:
             for parameter, values, state in saved:
                 parameter.copy_(values)
                 inner.state[parameter] = state  # (the copies: nothing else holds them)
-        left = scoring_problems(run.unwrapped)
+        left = scoring_parameter_problems(run.unwrapped)
         if not left:
             logger.warning(
                 "step %d: the update left scoring parameters invalid (%s); their update is undone (values and "
