@@ -374,28 +374,34 @@ def _check_values(module, scoring) -> None:
         )
 
 
-def _layer_state(module, heads: int, device, compiling: bool) -> tuple:
-    """(module.scoring, its current state with the values checked); the state is None when it cannot be kept
-    (under torch.compile, which traces the groups into its graph, or for a scoring object that is no module)."""
+def _layer_state(module, heads: int, device, compiling: bool, with_groups: bool = False) -> tuple:
+    """(module.scoring, its current state with the values checked, the scoring groups or None); the state is None
+    when it cannot be kept (under torch.compile, which traces the groups into its graph, or for a scoring object
+    that is no module).  with_groups: the groups are computed afresh (calls with gradients: the graph must reach
+    the parameters), before the values are checked, so that a scoring module that keeps its last values checks
+    those instead of computing them again (every call of a training step: the optimizer moved them)."""
     if compiling:
-        return _scoring_of(module), None
+        scoring = _scoring_of(module)
+        return scoring, None, _groups_of(scoring, heads, device) if with_groups else None
     scoring = module._modules.get("scoring") if isinstance(module, torch.nn.Module) else None
     state = None if scoring is None else scoring.__dict__.get("_ssa_layer_state")
     if state is not None and state.current(heads, device):
-        return scoring, state
+        return scoring, state, _groups_of(scoring, heads, device) if with_groups else None
     scoring = _scoring_of(module)
+    groups = _groups_of(scoring, heads, device) if with_groups else None
     if not isinstance(scoring, torch.nn.Module):
-        return scoring, None
+        return scoring, None, groups
     _check_values(module, scoring)
     state = scoring.__dict__["_ssa_layer_state"] = LayerState(heads, device, _snapshot(scoring))
-    return scoring, state
+    return scoring, state, groups
 
 
 def _groups_of(scoring, heads: int, device) -> list[Group]:
     """The scoring groups of `module.scoring`, found by what it does (`attention_groups`), not by its class: a
     model loaded from another remote-code copy than the one whose function transformers calls still runs, with
     its own registry entries."""
-    return [(spec, index, {k: v.to(device) for k, v in params.items()}) for spec, index, params in scoring.attention_groups(heads)]
+    return [(spec, index, {k: v if v.device == device else v.to(device) for k, v in params.items()})
+            for spec, index, params in scoring.attention_groups(heads)]
 
 
 def _keep_mask(additive: Tensor) -> Tensor:
@@ -464,9 +470,11 @@ def make_transformers_attention(backend: str | None):
         need_weights = bool(need_weights) or _capturing_attentions(compiling)
         training = module.training
         heads, device = query.shape[1], query.device
-        scoring, state = _layer_state(module, heads, device, compiling)
-        if state is None or torch.is_grad_enabled():
-            groups = _groups_of(scoring, heads, device)  # the graph must reach the parameters
+        grad = torch.is_grad_enabled()
+        scoring, state, groups = _layer_state(module, heads, device, compiling, with_groups=grad)
+        if state is None or grad:
+            if groups is None:
+                groups = _groups_of(scoring, heads, device)
         else:
             if state.groups is None:
                 state.groups = _groups_of(scoring, heads, device)

@@ -233,10 +233,9 @@ def _(query, key, value, b, n, mask, causal, scale, block_q, block_k):
             query.new_empty((B, H, Lq), dtype=cd))
 
 
-@torch.library.custom_op("ssa_hf::attention_backward", mutates_args=())
-def attention_backward(grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor, lse: Tensor,
-                       b: Tensor, n: Tensor, mask: Optional[Tensor], causal: bool, scale: float, block_q: int,
-                       block_k: int, need_bn: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _backward_kernel(grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor, lse: Tensor,
+                     b: Tensor, n: Tensor, mask: Optional[Tensor], causal: bool, scale: float, block_q: int,
+                     block_k: int, need_bn: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Gradients of query, key, value (in their dtypes) and, with need_bn (SSA), of b and n ([H], else empty)."""
     ssa = b.numel() > 0
     need_bn = need_bn and ssa
@@ -247,15 +246,16 @@ def attention_backward(grad_out: Tensor, query: Tensor, key: Tensor, value: Tens
         res = ops.backward(*tensors, *_native_inputs(lse, b, n), mask, causal, scale, block_q, block_k, need_bn,
                            _SERIAL_FLOPS)
     if res:
-        dq, dk, dv, dn_sum, db_sum = res
-        db = (db_sum / b.double()) if need_bn else None  # dL/db = sum(dS s) / b, dL/dn = sum(dg g) / n
-        dn = (dn_sum / n.double()) if need_bn else None
+        dq, dk, dv, dn, db = res
     else:
         dq, dk, dv, db, dn = _torch_backward(grad_out, query, key, value, out, lse, b, n,
                                              _Layout(mask, causal, scale, ssa), need_bn)
     # contiguous, as the fake implementation says (whatever the strides of the inputs)
     return (dq.to(query.dtype).contiguous(), dk.to(key.dtype).contiguous(), dv.to(value.dtype).contiguous(),
             db.to(b.dtype) if need_bn else b.new_empty((0,)), dn.to(n.dtype) if need_bn else n.new_empty((0,)))
+
+
+attention_backward = torch.library.custom_op("ssa_hf::attention_backward", _backward_kernel, mutates_args=())
 
 
 @attention_backward.register_fake
@@ -272,16 +272,42 @@ def _setup_context(ctx, inputs, output):
     ctx.meta = (causal, scale, block_q, block_k)
 
 
-def _backward(ctx, grad_out, grad_lse):
+def _gradients(ctx, grad_out, backward):
     query, key, value, out, lse, b, n, mask = ctx.saved_tensors
     causal, scale, block_q, block_k = ctx.meta
     need_b, need_n = ctx.needs_input_grad[3], ctx.needs_input_grad[4]
-    dq, dk, dv, db, dn = attention_backward(grad_out, query, key, value, out, lse, b, n, mask, causal, scale,
-                                            block_q, block_k, need_b or need_n)
+    dq, dk, dv, db, dn = backward(grad_out, query, key, value, out, lse, b, n, mask, causal, scale, block_q, block_k,
+                                  need_b or need_n)
     return dq, dk, dv, db if need_b else None, dn if need_n else None, None, None, None, None, None
 
 
+def _backward(ctx, grad_out, grad_lse):
+    return _gradients(ctx, grad_out, attention_backward)
+
+
 attention_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """The custom op's forward and backward for eager autograd, without the op: torch.library's dispatch and its
+    autograd wrapper cost ~0.4 ms a layer call (fwd + bwd), as long as the kernels themselves take on a small
+    model's short sequences.  Same functions, same saved tensors; torch.compile, torch.export and tensor subclasses
+    keep the op (run_blockwise chooses)."""
+
+    # forward(ctx, ...) rather than a separate setup_context: that form binds the inputs through inspect.signature
+    # on every call (~70 us here) and would buy torch.func support, which the op's own autograd lacks as well
+    @staticmethod
+    def forward(ctx, query, key, value, b, n, mask, causal, scale, block_q, block_k):
+        inputs = (query, key, value, b, n, mask, causal, scale, block_q, block_k)
+        output = _forward(*inputs)
+        _setup_context(ctx, inputs, output)
+        ctx.mark_non_differentiable(output[1])
+        return output
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out, grad_lse):
+        return _gradients(ctx, grad_out, _backward_kernel)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -392,12 +418,14 @@ def run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q=BLOCK
         mask = mask.to(query.device).reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
         if mask.shape[3] > 1 and mask.stride(3) != 1:
             mask = mask.contiguous()
-    # Eager calls that need no gradient (decoding, evaluation) skip the custom op's dispatch (tens of microseconds
-    # a call, as much as a small model's decoding step spends in the kernel); torch.compile, torch.export and
-    # autograd go through the op, and so do tensor subclasses (fake tensors, DTensor), which need its fake kernel.
-    direct = type(query) is Tensor and not torch.compiler.is_compiling() and not (
-        torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value, b, n)))
-    run = _forward if direct else attention_forward
+    # Eager calls skip the custom op's dispatch (tens of microseconds a call, as much as a small model's decoding
+    # step spends in the kernel): without a gradient the forward runs as it is, with one through _EagerAttention.
+    # torch.compile and torch.export go through the op, and so do tensor subclasses (fake tensors, DTensor), which
+    # need its fake kernel.  (torch.func transforms run neither: the op's autograd has no functorch support either.)
+    run = attention_forward
+    if type(query) is Tensor and not torch.compiler.is_compiling():
+        grads = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value, b, n))
+        run = _EagerAttention.apply if grads else _forward
     out, _ = run(query, key, value, b, n, mask, bool(is_causal), scale, block_q, block_k)
     return out.to(query.dtype)
 

@@ -177,8 +177,14 @@ class ConstrainedParameter(nn.Module):
         elif self.parametrization == "exp":
             value = torch.exp(self.raw)
         else:
-            value = self.floor + F.softplus(self.raw)
+            value = F.softplus(self.raw)
+            if self.floor:  # one small op fewer for b (floor 0): a training step reads every layer's values
+                value = value + self.floor
         return value.expand(self.num_heads) if value.numel() == 1 else value
+
+    def source(self) -> Tensor:
+        """The tensor the value is computed from (the raw parameter, or the buffer of a fixed value)."""
+        return self.raw if self.learnable else self.value
 
     def reset(self, init: float) -> None:
         """Set the value again (used by `_init_weights`)."""

@@ -174,10 +174,16 @@ class ScoringParameters(ScoringModule):
         host read of the few per-head values: run when they may have changed, not per call)."""
         problems = []
         with torch.no_grad():
-            for name, value in self().items():
-                if hasattr(value, "full_tensor"):  # sharded (FSDP2) between optimizer steps: gathered (collective)
-                    value = value.full_tensor()
-                values = value.detach().double().cpu().reshape(-1).tolist()
+            tensors = self._last_values() or self()
+            # sharded (FSDP2) between optimizer steps: gathered (a collective)
+            flat = [(t.full_tensor() if hasattr(t, "full_tensor") else t).detach() for t in tensors.values()]
+            flat = [t if t.dim() == 1 else t.reshape(-1) for t in flat]
+            # one host read for all of them (per call of a training step: each small op costs microseconds); a
+            # float32 value is exact as a Python float
+            read = torch.cat(flat).tolist() if len(flat) > 1 else flat[0].tolist() if flat else []
+            start = 0
+            for name, part in zip(tensors, flat):
+                values, start = read[start:start + part.numel()], start + part.numel()
                 # the declared floor (b > 0, n >= 1, ...); a learned `exp` parameter only promises > 0
                 bound, included = self.specs[name].load_bound(self.settings)
                 if not all(math.isfinite(x) for x in values):
@@ -192,6 +198,30 @@ class ScoringParameters(ScoringModule):
             cap = self.specs[name].cap
             if cap is not None:
                 values[name] = value.clamp(max=cap)
+        if not torch.compiler.is_compiling():
+            # kept for parameter_problems: in a training step the attention function reads the values with their
+            # graph and then checks them, which would otherwise compute them a second time (small ops, ~5 us each)
+            sources = self._sources()
+            if not any(t.is_inference() for t in sources):
+                self.__dict__["_last"] = ([(t, t._version, t.data_ptr()) for t in sources],
+                                          {name: value.detach() for name, value in values.items()})
+        return values
+
+    def _sources(self) -> list[Tensor]:
+        return [param.source() for param in self.params.values()]
+
+    def _last_values(self) -> dict[str, Tensor] | None:
+        """The values of the last forward, detached, while the tensors they came from are unchanged (the same
+        tensors at the same versions and storage: `module.to(dtype)` swaps storage without a version bump); else
+        None."""
+        last = self.__dict__.get("_last")
+        if last is None:
+            return None
+        sources, values = last
+        current = self._sources()
+        if len(current) != len(sources) or any(t is not s or t._version != v or t.data_ptr() != p
+                                               for t, (s, v, p) in zip(current, sources)):
+            return None
         return values
 
     def extra_repr(self) -> str:

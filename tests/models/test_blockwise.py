@@ -437,6 +437,37 @@ def test_no_grad_calls_skip_the_op_and_give_its_result():
     assert type(out).__name__ == "FakeTensor" and out.shape == (1, 4, 24, 8)
 
 
+@pytest.mark.parametrize("scoring", ["ssa", "softmax"])
+def test_eager_gradients_skip_the_op_and_match_it(scoring):
+    """Eager calls with gradients run the op's forward and backward through a plain autograd.Function (no
+    custom-op dispatch): outputs and the gradients of q, k, v, b and n are the op's, bit for bit; a second
+    derivative is refused, as through the op."""
+    q, k, v, b, n = _inputs(1, 4, 2, 40, 40, 8, seed=5)
+    if scoring == "softmax":
+        b = n = torch.empty(0)
+    dout = torch.randn(1, 4, 40, 8, generator=torch.Generator().manual_seed(6))
+
+    def grads(run):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v, b, n)]
+        out = run(*leaves)
+        (out * dout).sum().backward()
+        return out, [t.grad for t in leaves if t.numel()]
+
+    eager_out, eager_grads = grads(lambda q, k, v, b, n: bw.run_blockwise(
+        q, k, v, b if b.numel() else None, n if n.numel() else None, None, True, None))
+    assert type(eager_out.grad_fn).__name__ == "_EagerAttentionBackward"
+    op_out, op_grads = grads(lambda q, k, v, b, n: bw.attention_forward(q, k, v, b, n, None, True, 8 ** -0.5,
+                                                                         bw.BLOCK_Q, bw.BLOCK_K)[0])
+    assert torch.equal(eager_out, op_out)
+    for got, want in zip(eager_grads, op_grads):
+        assert torch.equal(got, want)
+    leaf = q.detach().clone().requires_grad_(True)
+    out = bw.run_blockwise(leaf, k, v, None, None, None, True, None)
+    (g,) = torch.autograd.grad(out.sum(), leaf, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad|not differentiable"):
+        g.sum().backward()
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "padding-mask"])

@@ -61,3 +61,23 @@ def test_linear_attention_parameters():
     assert module()["m"].tolist() == [32.0] * 4
     assert list(module.parameters()) == [], "m is fixed (a buffer)"
     assert dict(ScoringParameters("linear", 4)()) == {}
+
+
+def test_parameter_problems_never_reads_stale_values():
+    """parameter_problems reuses the values of the last forward (a training step's attention call computes them
+    with their graph, then checks them) only while their tensors are unchanged: an in-place edit (optimizer
+    step), a new tensor (load) or new storage (`module.to(dtype)`, no version bump) is seen at once."""
+    module = ScoringParameters("ssa", 2, ssa_n_init=1.5)
+    module()
+    assert module.parameter_problems() == []
+    with torch.no_grad():
+        module.params["b"].raw.fill_(float("nan"))  # in place: version bump
+    assert module.parameter_problems() == ["b: not finite, got [nan, nan]"]
+    module.params["b"].raw = torch.nn.Parameter(torch.zeros(2))  # a new tensor, as a load that assigns does
+    module()
+    module.params["n"].raw.data = torch.full((2,), float("inf"))  # new storage, same version
+    assert module.parameter_problems() == ["n: not finite, got [inf, inf]"]
+    fixed = ScoringParameters("ssa", 2, ssa_learn_b=False, ssa_b_init=0.8)
+    fixed()
+    fixed.params["b"].value.data = torch.zeros(2)
+    assert fixed.parameter_problems() == ["b: must be > 0.0, got [0.0, 0.0]"]
