@@ -63,8 +63,10 @@ class AttentionCall:
         return call
 
     def needs_grad(self) -> bool:
+        if not torch.is_grad_enabled():
+            return False
         tensors = (self.query, self.key, self.value, *self.params.values())
-        return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        return any(t.requires_grad for t in tensors)
 
 
 def _is_linear(spec) -> bool:
@@ -187,10 +189,23 @@ def _blockwise_bind(spec, params) -> Callable:
 
 
 def _blockwise_run(call: AttentionCall) -> tuple[Tensor, None]:
-    from .blockwise import run_blockwise
+    params = call.params
+    return _run_blockwise()(call.query, call.key, call.value, params.get("b"), params.get("n"), call.mask,
+                            call.is_causal, call.scale), None
 
-    b, n = call.params.get("b"), call.params.get("n")
-    return run_blockwise(call.query, call.key, call.value, b, n, call.mask, call.is_causal, call.scale), None
+
+def _run_blockwise():
+    # imported on first use (the kernel's module stays optional), then kept: an import statement per call costs
+    # about a microsecond, a tenth of a short decoding call's kernel time
+    run = _KEPT.get("run_blockwise")
+    if run is None:
+        from .blockwise import run_blockwise as run
+
+        _KEPT["run_blockwise"] = run
+    return run
+
+
+_KEPT: dict = {}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -424,10 +424,31 @@ def run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q=BLOCK
     # need its fake kernel.  (torch.func transforms run neither: the op's autograd has no functorch support either.)
     run = attention_forward
     if type(query) is Tensor and not torch.compiler.is_compiling():
-        grads = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value, b, n))
-        run = _EagerAttention.apply if grads else _forward
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value, b, n)):
+            run = _EagerAttention.apply
+        else:
+            out = _kernel_out(query, key, value, b, n, mask, bool(is_causal), scale, block_q, block_k)
+            run = _forward
+            if out is not None:
+                return out if out.dtype == query.dtype else out.to(query.dtype)
     out, _ = run(query, key, value, b, n, mask, bool(is_causal), scale, block_q, block_k)
     return out.to(query.dtype)
+
+
+def _kernel_out(query, key, value, b, n, mask, causal, scale, block_q, block_k):
+    """The output of an eager call without gradients straight from the compiled kernel (no op dispatch, no row
+    logsumexp), or None where the kernel does not take the call: not on CPU or not in a kernel dtype, the kernel
+    off or not built, or a non-finite query or key element (the torch path propagates those).  b and n: float32
+    [H] (empty for softmax).  A decoding step or a short public call spends as long around the kernel as in it."""
+    if (query.device.type != "cpu" or query.dtype not in _KERNEL_DTYPES or key.dtype != query.dtype
+            or value.dtype != query.dtype or b.dtype != torch.float32 or n.dtype != torch.float32):
+        return None
+    ops = load_kernels()
+    if ops is None:
+        return None
+    res = ops.forward(query.contiguous(), key.contiguous(), value.contiguous(), b.contiguous(), n.contiguous(), mask,
+                      causal, scale, block_q, block_k, False, _STATIC_BOUND_MAX, _SERIAL_FLOPS)
+    return res[0] if res else None
 
 
 def inference_runner(b, n, block_q=BLOCK_Q, block_k=BLOCK_K):
@@ -451,18 +472,14 @@ def inference_runner(b, n, block_q=BLOCK_Q, block_k=BLOCK_K):
         return prepared[key]
 
     def run(query, key, value, mask, is_causal, scale):
-        if (mask is None and type(query) is Tensor and query.device.type == "cpu" and query.dtype in _KERNEL_DTYPES
-                and key.dtype == query.dtype and value.dtype == query.dtype and not torch.compiler.is_compiling()
+        if (mask is None and type(query) is Tensor and not torch.compiler.is_compiling()
                 and not (torch.is_grad_enabled() and (grads or query.requires_grad or key.requires_grad
                                                       or value.requires_grad))):
-            ops = load_kernels()
-            if ops is not None:
-                hb, hn = head_params(query.shape[1], query)
-                s = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-                res = ops.forward(query.contiguous(), key.contiguous(), value.contiguous(), hb, hn, None,
-                                  bool(is_causal), s, block_q, block_k, False, _STATIC_BOUND_MAX, _SERIAL_FLOPS)
-                if res:  # empty: a non-finite q or k element, which run_blockwise's torch path propagates
-                    return res[0]
+            hb, hn = head_params(query.shape[1], query)
+            s = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+            out = _kernel_out(query, key, value, hb, hn, None, bool(is_causal), s, block_q, block_k)
+            if out is not None:
+                return out
         return run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q, block_k)
 
     return run
