@@ -25,6 +25,10 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor&
   // online maximum, which checks the scores it sees for inf/NaN instead.
   P.bounded = P.Lq * P.G >= 16;
   P.bq = std::max<int64_t>(1, P.bq / P.G);  // block_q counts the rows of a work item, over its G query heads
+  // a work item holds no more rows, nor a tile more keys, than there are: its scratch (zero-filled, rows x keys)
+  // stays small for a decoding step (G rows), where a 256 x 256 one cost more than the step's tile products
+  P.bq = std::min<int64_t>(P.bq, P.Lq);
+  P.bk = std::min<int64_t>(P.bk, P.Lk);
   // enough work items for every thread (short sequences, many cores): smaller query blocks
   const int64_t want = 4 * (int64_t)at::get_num_threads();
   while (P.bq > 16 && P.B * P.Hkv * ((P.Lq + P.bq - 1) / P.bq) < want) P.bq /= 2;
