@@ -135,6 +135,14 @@ def card_fields_by_scoring() -> dict[str, list[str]]:
     return {name: card_fields_of(name) for name in ALL_SCORING_FUNCTIONS if card_fields_of(name)}
 
 
+def _gathered(tensor: Tensor) -> Tensor:
+    """A value as a plain tensor without a graph: a sharded one (FSDP2's DTensor) gathered (a collective).  Plain
+    tensors skip the attribute lookup, whose miss costs microseconds on every check of a training step."""
+    if type(tensor) is not Tensor and hasattr(tensor, "full_tensor"):
+        tensor = tensor.full_tensor()
+    return tensor.detach() if tensor.requires_grad else tensor
+
+
 class ScoringParameters(ScoringModule):
     """The trainable or fixed parameters of one attention layer's scoring function, built from its declarations.
 
@@ -176,7 +184,7 @@ class ScoringParameters(ScoringModule):
         with torch.no_grad():
             tensors = self._last_values() or self()
             # sharded (FSDP2) between optimizer steps: gathered (a collective)
-            flat = [(t.full_tensor() if hasattr(t, "full_tensor") else t).detach() for t in tensors.values()]
+            flat = [_gathered(t) for t in tensors.values()]
             flat = [t if t.dim() == 1 else t.reshape(-1) for t in flat]
             # one host read for all of them (per call of a training step: each small op costs microseconds); a
             # float32 value is exact as a Python float
