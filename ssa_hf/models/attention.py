@@ -375,24 +375,25 @@ def _check_values(module, scoring) -> None:
 
 
 def _layer_state(module, heads: int, device, compiling: bool, with_groups: bool = False) -> tuple:
-    """(module.scoring, its current state with the values checked, the scoring groups or None); the state is None
-    when it cannot be kept (under torch.compile, which traces the groups into its graph, or for a scoring object
-    that is no module).  with_groups: the groups are computed afresh (calls with gradients: the graph must reach
-    the parameters), before the values are checked, so that a scoring module that keeps its last values checks
-    those instead of computing them again (every call of a training step: the optimizer moved them)."""
-    if compiling:
+    """(module.scoring, its current state with the values checked, the call's scoring groups or None).  The state
+    is None when it cannot be kept (under torch.compile, which traces the groups into its graph, or for a scoring
+    object that is no module); the groups are computed then, and with with_groups (calls with gradients: the graph
+    must reach the parameters), before the values are checked, so that a scoring module that keeps its last values
+    checks those instead of computing them again (every call of a training step: the optimizer moved them).  None
+    otherwise: the state holds them."""
+    scoring = state = None
+    if not compiling:
+        scoring = module._modules.get("scoring") if isinstance(module, torch.nn.Module) else None
+        state = None if scoring is None else scoring.__dict__.get("_ssa_layer_state")
+        if state is not None and not state.current(heads, device):
+            state = None
+    if state is None:
         scoring = _scoring_of(module)
-        return scoring, None, _groups_of(scoring, heads, device) if with_groups else None
-    scoring = module._modules.get("scoring") if isinstance(module, torch.nn.Module) else None
-    state = None if scoring is None else scoring.__dict__.get("_ssa_layer_state")
-    if state is not None and state.current(heads, device):
-        return scoring, state, _groups_of(scoring, heads, device) if with_groups else None
-    scoring = _scoring_of(module)
-    groups = _groups_of(scoring, heads, device) if with_groups else None
-    if not isinstance(scoring, torch.nn.Module):
-        return scoring, None, groups
-    _check_values(module, scoring)
-    state = scoring.__dict__["_ssa_layer_state"] = LayerState(heads, device, _snapshot(scoring))
+    keep = not compiling and isinstance(scoring, torch.nn.Module)
+    groups = _groups_of(scoring, heads, device) if with_groups or not keep else None
+    if state is None and keep:
+        _check_values(module, scoring)
+        state = scoring.__dict__["_ssa_layer_state"] = LayerState(heads, device, _snapshot(scoring))
     return scoring, state, groups
 
 
@@ -470,12 +471,8 @@ def make_transformers_attention(backend: str | None):
         need_weights = bool(need_weights) or _capturing_attentions(compiling)
         training = module.training
         heads, device = query.shape[1], query.device
-        grad = torch.is_grad_enabled()
-        scoring, state, groups = _layer_state(module, heads, device, compiling, with_groups=grad)
-        if state is None or grad:
-            if groups is None:
-                groups = _groups_of(scoring, heads, device)
-        else:
+        scoring, state, groups = _layer_state(module, heads, device, compiling, with_groups=torch.is_grad_enabled())
+        if groups is None:  # no gradients, a kept state: its groups and bound runners
             if state.groups is None:
                 state.groups = _groups_of(scoring, heads, device)
             groups = state.groups

@@ -17,6 +17,7 @@ Part of the remote-code unit: imports only torch and siblings.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Callable
@@ -194,18 +195,13 @@ def _blockwise_run(call: AttentionCall) -> tuple[Tensor, None]:
                             call.is_causal, call.scale), None
 
 
+@functools.cache
 def _run_blockwise():
     # imported on first use (the kernel's module stays optional), then kept: an import statement per call costs
     # about a microsecond, a tenth of a short decoding call's kernel time
-    run = _KEPT.get("run_blockwise")
-    if run is None:
-        from .blockwise import run_blockwise as run
+    from .blockwise import run_blockwise
 
-        _KEPT["run_blockwise"] = run
-    return run
-
-
-_KEPT: dict = {}
+    return run_blockwise
 
 
 # --------------------------------------------------------------------------------------------------

@@ -57,7 +57,6 @@ def _compute_dtype(dtype):
 
 
 _REDUCED = (torch.bfloat16, torch.float16)
-_KERNEL_DTYPES = (torch.float32,) + _REDUCED
 
 
 def _out_dtype(dtype):
@@ -206,19 +205,26 @@ def _use_native(query):
     return query.device.type == "cpu" and _compute_dtype(query.dtype) == torch.float32
 
 
+def _kernel_forward(query, key, value, b, n, mask, causal, scale, block_q, block_k, need_lse):
+    """[out, lse] from the compiled kernel (lse empty without need_lse), or None where it does not take the call:
+    not on CPU, float64, the kernel off or not built, or a non-finite query or key element (the torch path
+    propagates those as eager attention does).  bf16 and fp16 are read as they are: no float32 copies."""
+    ops = load_kernels() if _use_native(query) else None
+    if ops is None:
+        return None
+    qkv = _native_inputs(query, key, value, dtype=_kernel_dtype(query.dtype)) + _native_inputs(b, n)
+    res = ops.forward(*qkv, mask, causal, scale, block_q, block_k, need_lse, _STATIC_BOUND_MAX, _SERIAL_FLOPS)
+    return res or None
+
+
 def _forward(query: Tensor, key: Tensor, value: Tensor, b: Tensor, n: Tensor, mask: Optional[Tensor],
              causal: bool, scale: float, block_q: int, block_k: int) -> tuple[Tensor, Tensor]:
     """out [B, H, Lq, Dv] and the row logsumexp of g [B, H, Lq] (+inf for rows without a visible key), both in
     the compute dtype (float32, float64 for float64 inputs).  b, n: [H], or empty for softmax."""
-    ssa = b.numel() > 0
-    ops = load_kernels() if _use_native(query) else None
-    if ops is not None:
-        # bf16 and fp16 are read as they are: no float32 copies of q, k, v or out
-        qkv = _native_inputs(query, key, value, dtype=_kernel_dtype(query.dtype)) + _native_inputs(b, n)
-        res = ops.forward(*qkv, mask, causal, scale, block_q, block_k, True, _STATIC_BOUND_MAX, _SERIAL_FLOPS)
-        if res:  # empty: a non-finite query or key element, which the torch path propagates as eager does
-            return res[0], res[1]
-    out, lse = _torch_forward(query, key, value, b, n, _Layout(mask, causal, scale, ssa))
+    res = _kernel_forward(query, key, value, b, n, mask, causal, scale, block_q, block_k, True)
+    if res is not None:
+        return res[0], res[1]
+    out, lse = _torch_forward(query, key, value, b, n, _Layout(mask, causal, scale, b.numel() > 0))
     return out.to(_out_dtype(query.dtype)), lse
 
 
@@ -426,29 +432,13 @@ def run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q=BLOCK
     if type(query) is Tensor and not torch.compiler.is_compiling():
         if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value, b, n)):
             run = _EagerAttention.apply
-        else:
-            out = _kernel_out(query, key, value, b, n, mask, bool(is_causal), scale, block_q, block_k)
-            run = _forward
-            if out is not None:
-                return out if out.dtype == query.dtype else out.to(query.dtype)
+        else:  # no gradient: no row logsumexp either
+            res = _kernel_forward(query, key, value, b, n, mask, bool(is_causal), scale, block_q, block_k, False)
+            out = res[0] if res is not None else _torch_forward(query, key, value, b, n, _Layout(
+                mask, bool(is_causal), scale, b.numel() > 0))[0]
+            return out if out.dtype == query.dtype else out.to(query.dtype)
     out, _ = run(query, key, value, b, n, mask, bool(is_causal), scale, block_q, block_k)
     return out.to(query.dtype)
-
-
-def _kernel_out(query, key, value, b, n, mask, causal, scale, block_q, block_k):
-    """The output of an eager call without gradients straight from the compiled kernel (no op dispatch, no row
-    logsumexp), or None where the kernel does not take the call: not on CPU or not in a kernel dtype, the kernel
-    off or not built, or a non-finite query or key element (the torch path propagates those).  b and n: float32
-    [H] (empty for softmax).  A decoding step or a short public call spends as long around the kernel as in it."""
-    if (query.device.type != "cpu" or query.dtype not in _KERNEL_DTYPES or key.dtype != query.dtype
-            or value.dtype != query.dtype or b.dtype != torch.float32 or n.dtype != torch.float32):
-        return None
-    ops = load_kernels()
-    if ops is None:
-        return None
-    res = ops.forward(query.contiguous(), key.contiguous(), value.contiguous(), b.contiguous(), n.contiguous(), mask,
-                      causal, scale, block_q, block_k, False, _STATIC_BOUND_MAX, _SERIAL_FLOPS)
-    return res[0] if res else None
 
 
 def inference_runner(b, n, block_q=BLOCK_Q, block_k=BLOCK_K):
@@ -477,9 +467,9 @@ def inference_runner(b, n, block_q=BLOCK_Q, block_k=BLOCK_K):
                                                       or value.requires_grad))):
             hb, hn = head_params(query.shape[1], query)
             s = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-            out = _kernel_out(query, key, value, hb, hn, None, bool(is_causal), s, block_q, block_k)
-            if out is not None:
-                return out
+            res = _kernel_forward(query, key, value, hb, hn, None, bool(is_causal), s, block_q, block_k, False)
+            if res is not None:
+                return res[0]
         return run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q, block_k)
 
     return run

@@ -188,7 +188,7 @@ class ScoringParameters(ScoringModule):
             flat = [t if t.dim() == 1 else t.reshape(-1) for t in flat]
             # one host read for all of them (per call of a training step: each small op costs microseconds); a
             # float32 value is exact as a Python float
-            read = torch.cat(flat).tolist() if len(flat) > 1 else flat[0].tolist() if flat else []
+            read = torch.cat(flat).tolist() if flat else []
             start = 0
             for name, part in zip(tensors, flat):
                 values, start = read[start:start + part.numel()], start + part.numel()
