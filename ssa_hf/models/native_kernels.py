@@ -34,12 +34,13 @@ inline bool item_bounds(const Problem& P, const T* q, int64_t rows, int64_t R, c
   return ok;
 }
 
-// Decoding steps have one query row per head (G per work item): plain vectorised dot products and axpys beat a
-// BLAS call on a 1-row matrix.
+// Decoding steps have one query row per head (G per work item): plain dot products and axpys beat a BLAS call on a
+// 1-row matrix.  These scalar loops are the portable path; the vectorised ones follow.
 constexpr int64_t kFewRows = 4;
 
 template <typename T>
-inline void few_rows_scores(const T* q, const T* k, int64_t rows, int64_t C, int64_t D, float* S, int64_t lds) {
+inline void few_rows_scores_portable(const T* q, const T* k, int64_t rows, int64_t C, int64_t D, float* S,
+                                     int64_t lds) {
   for (int64_t c = 0; c < C; ++c) {
     const T* kc = k + c * D;
     for (int64_t r = 0; r < rows; ++r) {
@@ -53,8 +54,8 @@ inline void few_rows_scores(const T* q, const T* k, int64_t rows, int64_t C, int
 }
 
 template <typename T>
-inline void few_rows_values(const float* S, int64_t lds, const T* v, int64_t rows, int64_t C, int64_t Dv,
-                            bool first, float* acc) {
+inline void few_rows_values_portable(const float* S, int64_t lds, const T* v, int64_t rows, int64_t C, int64_t Dv,
+                                     bool first, float* acc) {
   if (first) std::fill(acc, acc + rows * Dv, 0.0f);
   for (int64_t c = 0; c < C; ++c) {
     const T* vc = v + c * Dv;
@@ -65,6 +66,95 @@ inline void few_rows_values(const float* S, int64_t lds, const T* v, int64_t row
       for (int64_t d = 0; d < Dv; ++d) ar[d] += p * (float)vc[d];
     }
   }
+}
+
+#ifdef SSA_HF_VECTOR
+// count (<= kW) elements as float lanes, the rest 0
+template <typename T>
+inline __attribute__((always_inline)) Vec load_as_float(const T* p, int64_t count) {
+  if constexpr (std::is_same_v<T, float>) {
+    return Vec::loadu(p, count);
+  } else {
+    Vec out;
+    if (count == kW) {
+      at::vec::load_to_float<T>(p, out);
+      return out;
+    }
+    alignas(64) float tmp[kW] = {};
+    for (int64_t i = 0; i < count; ++i) tmp[i] = (float)p[i];
+    return Vec::loadu(tmp);
+  }
+}
+
+// One vector accumulator per (row, key), reduced once by shuffles: the compiler's reduction of the loop above
+// ends in a sequential sum of the lanes per key, half of a decoding step's kernel time (1 x 512 keys, D = 64).
+template <typename T>
+inline void vfew_rows_scores(const T* q, const T* k, int64_t rows, int64_t C, int64_t D, float* S, int64_t lds) {
+  const auto add = [](Vec a, Vec b) { return a + b; };
+  for (int64_t c = 0; c < C; ++c) {
+    const T* kc = k + c * D;
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* qr = q + r * D;
+      Vec acc(0.0f);
+      for (int64_t d = 0; d < D; d += kW) {
+        const int64_t cnt = std::min<int64_t>(kW, D - d);
+        acc = at::vec::fmadd(load_as_float(qr + d, cnt), load_as_float(kc + d, cnt), acc);
+      }
+      S[r * lds + c] = at::vec::vec_reduce_all<float>(add, acc);
+    }
+  }
+}
+
+// The output rows stay in registers (four vectors at a time) while the keys stream past: one load and one FMA per
+// vector of V instead of a load, an FMA and a store of the accumulator as well.
+template <typename T>
+inline void vfew_rows_values(const float* S, int64_t lds, const T* v, int64_t rows, int64_t C, int64_t Dv,
+                             bool first, float* acc) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* p = S + r * lds;
+    float* ar = acc + r * Dv;
+    int64_t d = 0;
+    for (; d + 4 * kW <= Dv; d += 4 * kW) {
+      Vec a0(0.0f), a1(0.0f), a2(0.0f), a3(0.0f);
+      if (!first) {
+        a0 = Vec::loadu(ar + d); a1 = Vec::loadu(ar + d + kW);
+        a2 = Vec::loadu(ar + d + 2 * kW); a3 = Vec::loadu(ar + d + 3 * kW);
+      }
+      for (int64_t c = 0; c < C; ++c) {
+        const Vec pc(p[c]);
+        const T* vc = v + c * Dv + d;
+        a0 = at::vec::fmadd(pc, load_as_float(vc, kW), a0);
+        a1 = at::vec::fmadd(pc, load_as_float(vc + kW, kW), a1);
+        a2 = at::vec::fmadd(pc, load_as_float(vc + 2 * kW, kW), a2);
+        a3 = at::vec::fmadd(pc, load_as_float(vc + 3 * kW, kW), a3);
+      }
+      a0.store(ar + d); a1.store(ar + d + kW); a2.store(ar + d + 2 * kW); a3.store(ar + d + 3 * kW);
+    }
+    for (; d < Dv; d += kW) {
+      const int64_t cnt = std::min<int64_t>(kW, Dv - d);
+      Vec a = first ? Vec(0.0f) : Vec::loadu(ar + d, cnt);
+      for (int64_t c = 0; c < C; ++c) a = at::vec::fmadd(Vec(p[c]), load_as_float(v + c * Dv + d, cnt), a);
+      a.store(ar + d, cnt);
+    }
+  }
+}
+#endif
+
+template <typename T>
+inline void few_rows_scores(const T* q, const T* k, int64_t rows, int64_t C, int64_t D, float* S, int64_t lds) {
+#ifdef SSA_HF_VECTOR
+  if (vector_path()) return vfew_rows_scores(q, k, rows, C, D, S, lds);
+#endif
+  few_rows_scores_portable(q, k, rows, C, D, S, lds);
+}
+
+template <typename T>
+inline void few_rows_values(const float* S, int64_t lds, const T* v, int64_t rows, int64_t C, int64_t Dv,
+                            bool first, float* acc) {
+#ifdef SSA_HF_VECTOR
+  if (vector_path()) return vfew_rows_values(S, lds, v, rows, C, Dv, first, acc);
+#endif
+  few_rows_values_portable(S, lds, v, rows, C, Dv, first, acc);
 }
 
 // bfloat16 tile products, bf16 x bf16 -> fp32, through torch's exported at::native::cpublas::brgemm (oneDNN's

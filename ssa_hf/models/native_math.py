@@ -9,6 +9,7 @@ MATH_SOURCE = r"""
 // in between.  float32, bfloat16 and float16 inputs (fp32 statistics and accumulation); see blockwise.py for the layouts and the torch oracle.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 #include <ATen/native/CPUBlas.h>
 #include <torch/library.h>
@@ -411,25 +412,27 @@ inline float vfwd_row(float* __restrict row, const uint8_t* __restrict mrow, int
 }
 
 // The backward's pass on one vector: P from the saved row logsumexp, dS = P (dP - delta) g'(x) scale, and the
-// terms of sum(dg g) for dL/dn
+// terms of sum(dg g) for dL/dn.  P is formed exactly as the forward formed it (FwdLanes: b|x| from |v| b|scale|,
+// the sign on n, one FMA for g2 - L2): with g2 ~ 100 a float's rounding is ~1e-5 of P, and a backward that
+// rounds differently from the forward sees rows that no longer sum to the forward's delta (dn, db off by ~1%).
 template <bool SSA, bool MASK>
 struct BwdLanes {
-  Vec scale, b, n, L2, L2lo, d, kk;
+  Vec bs, scale_sign, n, neg_L2, L2lo, d, kk, scale2;  // b |scale|, scale's sign bit, n, -L2, L2's low part, ...
   inline __attribute__((always_inline)) void operator()(Vec v, Vec dp, const uint8_t* mrow, int64_t cnt, Vec* p_out,
                                                         Vec* ds_out, Vec* dgg) const {
-    const Vec x = v * scale;
     if constexpr (SSA) {
-      const Vec u = b * x.abs();
+      const Vec u = v.abs() * bs;
       const Vec y = u + Vec(1.0f);
-      const Vec g = with_sign_of(n * vlog2_1p(u, y), x);
-      Vec p = vexp2_le0((g - L2) - L2lo);
+      const Vec lg = vlog2_1p(u, y);
+      const Vec signed_n = n | ((v & Vec(-0.0f)) ^ scale_sign);
+      Vec p = vexp2_le0(at::vec::fmadd(signed_n, lg, neg_L2) - L2lo);
       if constexpr (MASK) p = p & vvisible(mrow, cnt);
       const Vec dg = p * (dp - d);
       *p_out = p;
       *ds_out = dg * kk * recip_ge1(y);
-      *dgg = dg * g;
+      *dgg = dg * (signed_n * lg);
     } else {
-      Vec p = vexp2_le0((x * Vec(kLog2e) - L2) - L2lo);
+      Vec p = vexp2_le0(at::vec::fmadd(v, scale2, neg_L2) - L2lo);
       if constexpr (MASK) p = p & vvisible(mrow, cnt);
       *p_out = p;
       *ds_out = p * (dp - d) * kk;
@@ -441,8 +444,8 @@ template <bool SSA, bool MASK>
 inline float vbwd_row(float* __restrict row, float* __restrict drow, const uint8_t* __restrict mrow,
                       int64_t cend, float scale, float b, float n, float L, float d) {
   const float L2 = (float)((double)L * kLog2eD), L2lo = (float)((double)L * kLog2eD - L2);
-  const BwdLanes<SSA, MASK> lanes{Vec(scale), Vec(b), Vec(n), Vec(L2), Vec(L2lo), Vec(d),
-                                  Vec(SSA ? n * b * scale : scale)};
+  const BwdLanes<SSA, MASK> lanes{Vec(b * std::fabs(scale)), Vec(std::signbit(scale) ? -0.0f : 0.0f), Vec(n),
+                                  Vec(-L2), Vec(L2lo), Vec(d), Vec(SSA ? n * b * scale : scale), Vec(scale * kLog2e)};
   Vec acc(0.0f), p, ds, dgg(0.0f);
   int64_t c = 0;
   for (; c + kW <= cend; c += kW) {

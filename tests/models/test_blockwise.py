@@ -223,6 +223,24 @@ def test_decode_shapes_lq_less_than_lk(work_split):
         torch.testing.assert_close(out.double(), ref, rtol=2e-4, atol=2e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("D", [5, 40, 72])
+def test_decoding_rows_every_head_dim(D, dtype):
+    """The decoding steps' few-row products (one or two query rows per work item: MHA and 2 query heads per kv
+    head) at head dims that leave vector tails (5: tail only; 40 and 72: blocks of four vectors and a tail on 8 or
+    16 lanes), over two key tiles (the partial output carried from one to the next), against the float64
+    oracle on the same rounded inputs."""
+    for H, Hkv in ((3, 3), (4, 2)):
+        q, k, v, b, n = _inputs(2, H, Hkv, 1, 300, D, seed=D + H, big=1.5)
+        q, k, v = (t.to(dtype) for t in (q, k, v))
+        with torch.no_grad():
+            out = blockwise_attention(q, k, v, b, n)
+        assert out.dtype == dtype
+        ref = reference_attention(q.double(), k.double(), v.double(), b.double(), n.double())
+        tol = 2e-5 if dtype == torch.float32 else 1e-2
+        torch.testing.assert_close(out.double(), ref, rtol=tol, atol=tol)
+
+
 def test_python_float_params_and_no_bn_grad():
     q, k, v, _, _ = _inputs(2, 2, 1, 19, 19, 8, seed=8)
     out = blockwise_attention(q, k, v, 0.8, 1.5, is_causal=True, block_size=8)
