@@ -205,15 +205,28 @@ def _use_native(query):
     return query.device.type == "cpu" and _compute_dtype(query.dtype) == torch.float32
 
 
+_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
 def _kernel_forward(query, key, value, b, n, mask, causal, scale, block_q, block_k, need_lse):
     """[out, lse] from the compiled kernel (lse empty without need_lse), or None where it does not take the call:
     not on CPU, float64, the kernel off or not built, or a non-finite query or key element (the torch path
     propagates those as eager attention does).  bf16 and fp16 are read as they are: no float32 copies."""
-    ops = load_kernels() if _use_native(query) else None
+    dtype = query.dtype
+    if not query.is_cpu or dtype not in _KERNEL_DTYPES:
+        return None
+    ops = load_kernels()
     if ops is None:
         return None
-    qkv = _native_inputs(query, key, value, dtype=_kernel_dtype(query.dtype)) + _native_inputs(b, n)
-    res = ops.forward(*qkv, mask, causal, scale, block_q, block_k, need_lse, _STATIC_BOUND_MAX, _SERIAL_FLOPS)
+    # converted only where needed: a decoding step's tensors already are what the kernel reads, and this runs per
+    # layer per step (each conversion call costs about a microsecond, more inside a model)
+    if not (key.dtype == dtype and value.dtype == dtype and query.is_contiguous() and key.is_contiguous()
+            and value.is_contiguous()):
+        query, key, value = _native_inputs(query, key, value, dtype=dtype)
+    if not (b.dtype == torch.float32 and n.dtype == torch.float32 and b.is_contiguous() and n.is_contiguous()):
+        b, n = _native_inputs(b, n)
+    res = ops.forward(query, key, value, b, n, mask, causal, scale, block_q, block_k, need_lse, _STATIC_BOUND_MAX,
+                      _SERIAL_FLOPS)
     return res or None
 
 
@@ -447,25 +460,23 @@ def inference_runner(b, n, block_q=BLOCK_Q, block_k=BLOCK_K):
     change).  Eager calls that need no gradient, on CPU tensors in a kernel dtype and without a mask tensor (a
     decoding step), go straight to the compiled kernel: b and n converted once, no op dispatch, no lse; a small
     model's decoding step spent as long in those as in the kernel.  Anything else runs ``run_blockwise``."""
-    prepared = {}
+    prepared = {}  # heads -> (b, n) as the kernel reads them (float32 [H] on the CPU: only CPU calls take this way)
     grads = any(torch.is_tensor(t) and t.requires_grad for t in (b, n))
 
     def head_params(H, query):
-        key = (H, query.device)
-        if key not in prepared:
-            if b is None:
-                empty = query.new_empty((0,), dtype=torch.float32)
-                prepared[key] = (empty, empty)
-            else:
-                prepared[key] = tuple(_as_head_param(x, H, query).detach().to(torch.float32).contiguous()
-                                      for x in (b, n))
-        return prepared[key]
+        if b is None:
+            empty = query.new_empty((0,), dtype=torch.float32)
+            prepared[H] = (empty, empty)
+        else:
+            prepared[H] = tuple(_as_head_param(x, H, query).detach().to(torch.float32).contiguous() for x in (b, n))
+        return prepared[H]
 
     def run(query, key, value, mask, is_causal, scale):
-        if (mask is None and type(query) is Tensor and not torch.compiler.is_compiling()
+        if (mask is None and type(query) is Tensor and query.is_cpu and not torch.compiler.is_compiling()
                 and not (torch.is_grad_enabled() and (grads or query.requires_grad or key.requires_grad
                                                       or value.requires_grad))):
-            hb, hn = head_params(query.shape[1], query)
+            H = query.shape[1]
+            hb, hn = prepared.get(H) or head_params(H, query)
             s = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
             res = _kernel_forward(query, key, value, hb, hn, None, bool(is_causal), s, block_q, block_k, False)
             if res is not None:

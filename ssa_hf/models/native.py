@@ -88,7 +88,9 @@ def set_native_enabled(enabled):
 def native_enabled():
     if _OVERRIDE[0] is not None:
         return _OVERRIDE[0]
-    return os.environ.get("SSA_HF_BLOCKWISE_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off", "")
+    raw = os.environ.get("SSA_HF_BLOCKWISE_NATIVE", "1")
+    # read per kernel call (the variable may change at run time): the default answered without parsing
+    return raw == "1" or raw.strip().lower() not in ("0", "false", "no", "off", "")
 
 
 def cache_root():
