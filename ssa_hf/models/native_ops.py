@@ -62,7 +62,7 @@ std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout, const at::Ten
               "ssa_hf fused kernel: dout and out in the dtype of q, lse in float32");
   const bool bn = need_bn && P.b != nullptr;
   const bool reduced = P.dtype != at::kFloat;
-  if (P.Lq == 0) return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kDouble)), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kDouble))};
+  if (P.Lq == 0) return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kFloat)), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kFloat))};
   const int64_t nkb = P.Lk == 0 ? 0 : (P.Lk + P.bk - 1) / P.bk;
   // enough items for every thread: split the key blocks of a (batch, kv head) when there are few of those
   const int64_t want = 4 * (int64_t)at::get_num_threads();
@@ -75,16 +75,16 @@ std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout, const at::Ten
   at::Tensor dq = (!reduced && chunks == 1) ? dqp[0] : at::empty_like(q);
   at::Tensor dk = at::empty_like(k);
   at::Tensor dv = at::empty_like(v);
-  at::Tensor dnp = bn ? at::zeros({chunks, P.B, P.H}, q.options().dtype(at::kDouble)) : at::Tensor();
-  at::Tensor qdq = bn ? at::zeros({P.B, P.H}, q.options().dtype(at::kDouble)) : at::Tensor();
+  // the b, n sums in double: plain arrays, summed per head below (ATen ops on these few values cost ~20 us a call)
+  std::vector<double> dnp(bn ? chunks * P.B * P.H : 0, 0.0), qdq(bn ? P.B * P.H : 0, 0.0);
   if (nkb == 0) {  // no keys: no gradient anywhere
     dq.zero_(); dk.zero_(); dv.zero_();
   } else {
     std::unique_ptr<std::atomic<int32_t>[]> done(new std::atomic<int32_t>[P.B * P.Hkv]);
     for (int64_t x = 0; x < P.B * P.Hkv; ++x) done[x] = 0;
     std::atomic<bool> nonfinite{false};
-    double* dnpp = bn ? dnp.data_ptr<double>() : nullptr;
-    double* qdqp = bn ? qdq.data_ptr<double>() : nullptr;
+    double* dnpp = bn ? dnp.data() : nullptr;
+    double* qdqp = bn ? qdq.data() : nullptr;
     const bool serial = problem_flops(P) < serial_flops;
     auto launch = [&](auto zero) {
       using T = decltype(zero);
@@ -99,9 +99,18 @@ std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout, const at::Ten
     if (nonfinite.load()) return {};  // the torch path propagates inf/NaN as eager attention does
   }
   at::Tensor dn, db;
-  if (bn) {  // here rather than in Python: four small ops there cost ~20 us a call, as much as a short tile
-    dn = (dnp.sum({0, 1}) / n.to(at::kDouble)).to(n.scalar_type());
-    db = (qdq.sum(0) / b.to(at::kDouble)).to(b.scalar_type());
+  if (bn) {  // dL/dn = sum(dg g) / n and dL/db = sum(q . dq) / b per head, over chunks and batch, in double
+    dn = at::empty({P.H}, n.options().dtype(at::kFloat));
+    db = at::empty({P.H}, b.options().dtype(at::kFloat));
+    float* dnw = dn.data_ptr<float>();
+    float* dbw = db.data_ptr<float>();
+    for (int64_t h = 0; h < P.H; ++h) {
+      double sn = 0.0, sb = 0.0;
+      for (int64_t c = 0; c < chunks * P.B; ++c) sn += dnp[c * P.H + h];
+      for (int64_t bi = 0; bi < P.B; ++bi) sb += qdq[bi * P.H + h];
+      dnw[h] = (float)(sn / (double)P.n[h]);
+      dbw[h] = (float)(sb / (double)P.b[h]);
+    }
   } else {
     dn = at::empty({0}, n.options());
     db = at::empty({0}, b.options());
