@@ -197,27 +197,22 @@ def _native_inputs(*tensors, dtype=torch.float32):
     return [t if t.dtype == dtype and t.is_contiguous() else t.to(dtype).contiguous() for t in tensors]
 
 
-def _kernel_dtype(dtype):
-    return dtype if dtype in _REDUCED else torch.float32
+_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _use_native(query):
-    return query.device.type == "cpu" and _compute_dtype(query.dtype) == torch.float32
-
-
-_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+    """Whether the kernel can take a call on `query`: a CPU tensor in a dtype it reads (float64 runs in torch)."""
+    return query.is_cpu and query.dtype in _KERNEL_DTYPES
 
 
 def _kernel_forward(query, key, value, b, n, mask, causal, scale, block_q, block_k, need_lse):
     """[out, lse] from the compiled kernel (lse empty without need_lse), or None where it does not take the call:
     not on CPU, float64, the kernel off or not built, or a non-finite query or key element (the torch path
     propagates those as eager attention does).  bf16 and fp16 are read as they are: no float32 copies."""
-    dtype = query.dtype
-    if not query.is_cpu or dtype not in _KERNEL_DTYPES:
-        return None
-    ops = load_kernels()
+    ops = load_kernels() if _use_native(query) else None
     if ops is None:
         return None
+    dtype = query.dtype
     # converted only where needed: a decoding step's tensors already are what the kernel reads, and this runs per
     # layer per step (each conversion call costs about a microsecond, more inside a model)
     if not (key.dtype == dtype and value.dtype == dtype and query.is_contiguous() and key.is_contiguous()
@@ -261,7 +256,7 @@ def _backward_kernel(grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor
     ops = load_kernels() if _use_native(query) else None
     res = None
     if ops is not None:
-        tensors = _native_inputs(grad_out, query, key, value, out, dtype=_kernel_dtype(query.dtype))
+        tensors = _native_inputs(grad_out, query, key, value, out, dtype=query.dtype)
         res = ops.backward(*tensors, *_native_inputs(lse, b, n), mask, causal, scale, block_q, block_k, need_bn,
                            _SERIAL_FLOPS)
     if res:
