@@ -224,6 +224,38 @@ def test_decode_shapes_lq_less_than_lk(work_split):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("D, Dv", [(4, 4), (8, 8), (16, 16), (8, 16), (16, 4)])
+def test_small_head_dims(D, Dv, dtype):
+    """Head dims of 4, 8 and 16 take the kernel's own tile products on the vector path (dV, dK, dQ and the
+    forward's P V; sgemm elsewhere): key tiles of 24 and 45 positions (a full vector and a tail, ragged last
+    tiles and query blocks, remainders of the 2- and 4-row blocks), grouped-query heads, causal, and a padding mask
+    with a fully masked row.  float32 against the float64 oracle; bf16 and fp16 against the float32 kernel on the
+    same rounded inputs (as test_half_precision_inputs)."""
+    B, H, Hkv, L = 2, 4, 2, 45
+    q, k, _, b, n = _inputs(B, H, Hkv, L, L, D, seed=50 + D, big=2.0)
+    v = torch.randn(B, Hkv, L, Dv, generator=torch.Generator().manual_seed(51 + Dv))
+    mask = _padding_mask(B, L, L, seed=50, side="left")
+    mask[1, :, 30] = False
+    for is_causal, attn_mask in ((True, None), (False, mask)):
+        if dtype == torch.float32:
+            _check(q, k, v, b, n, attn_mask=attn_mask, is_causal=is_causal, block_size=(16, 24))
+            continue
+        qh, kh, vh = (t.to(dtype).requires_grad_(True) for t in (q, k, v))
+        qf, kf, vf = (t.detach().float().requires_grad_(True) for t in (qh, kh, vh))
+        out = blockwise_attention(qh, kh, vh, b, n, attn_mask=attn_mask, is_causal=is_causal, block_size=(16, 24))
+        ref = blockwise_attention(qf, kf, vf, b, n, attn_mask=attn_mask, is_causal=is_causal, block_size=(16, 24))
+        assert out.dtype == dtype
+        tol = 1e-2 if dtype == torch.float16 else 3e-2
+        torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol)
+        dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(52))
+        (out.float() * dout).sum().backward()
+        (ref * dout).sum().backward()
+        for got, want in ((qh, qf), (kh, kf), (vh, vf)):
+            assert got.grad.dtype == dtype
+            assert (got.grad.float() - want.grad).abs().max().item() <= 2 * tol * want.grad.abs().max().item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("D", [5, 40, 72])
 def test_decoding_rows_every_head_dim(D, dtype):
     """The decoding steps' few-row products (one or two query rows per work item: MHA and 2 query heads per kv

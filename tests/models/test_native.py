@@ -398,7 +398,8 @@ def test_folder_above_of_another_user_or_a_link_of_another_user_is_refused(tmp_p
 @pytest.mark.slow
 def test_avx2_build_matches_the_oracle(monkeypatch):
     """The 8-lane (AVX2) passes, built on this machine with the AVX2 flags (a second build, ~1 CPU-minute: slow):
-    the per-score pass and whole calls (GQA, padding mask, causal; softmax; bf16) against float64."""
+    the per-score pass and whole calls (GQA, padding mask, causal; softmax; head dims 4 to 16; bf16) against
+    float64."""
     if not {"avx2", "fma", "f16c"} <= _cpu_flags():
         pytest.skip("no AVX2 on this CPU")
     flags = native.native_flags({"avx2", "fma", "f16c"}, isa="avx2")  # what SSA_HF_KERNEL_ISA=avx2 builds
@@ -430,6 +431,10 @@ def test_avx2_build_matches_the_oracle(monkeypatch):
         mask = _padding_mask(3, 45, 45, seed=3)
         _check(q, k, v, b, n, attn_mask=mask, is_causal=True)
         _check(q, k, v, b, n, scoring="softmax", is_causal=True)
+        for D, Dv in ((4, 4), (8, 8), (16, 16), (8, 16)):  # the small-head-dim tile products' 8-lane forms
+            qs, ks, _, bs, ns = _inputs(2, 4, 2, 45, 45, D, seed=50 + D, big=2.0)
+            vs = torch.randn(2, 2, 45, Dv, generator=torch.Generator().manual_seed(Dv))
+            _check(qs, ks, vs, bs, ns, attn_mask=mask[:2], is_causal=False, block_size=(16, 24))
         out = blockwise_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), b, n, is_causal=True)
         ref = blockwise_attention(q.bfloat16().float(), k.bfloat16().float(), v.bfloat16().float(), b, n,
                                   is_causal=True)  # the same rounded inputs in float32: only out's rounding differs
