@@ -21,6 +21,7 @@ Part of the remote-code unit: imports only torch, transformers and siblings.
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 from torch import Tensor
@@ -87,8 +88,29 @@ def _check_inputs(query, key, value, attn_mask, scale, dropout_p) -> None:
         raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
 
 
+# Per-head tensors whose values passed the checks: id -> (weak reference, version counter, storage, heads, device,
+# positive).  A tensor found here is the same object, unchanged since it was checked (an in-place edit or an
+# optimizer step moves its version counter, `.data =` its storage), so its values need no second look: a decoding
+# loop passing the same b and n each step pays a lookup instead of the read and the checks.
+_CHECKED: dict = {}
+
+
+def _checked_before(tensor: Tensor, heads: int, device, positive: bool) -> bool:
+    hit = _CHECKED.get(id(tensor))
+    return (hit is not None and hit[0]() is tensor and hit[1] == tensor._version and hit[2] == tensor.data_ptr()
+            and hit[3] == heads and hit[4] == device and hit[5] == positive)
+
+
+def _remember_checked(tensor: Tensor, heads: int, device, positive: bool) -> None:
+    if len(_CHECKED) >= 256:
+        _CHECKED.clear()
+    _CHECKED[id(tensor)] = (weakref.ref(tensor), tensor._version, tensor.data_ptr(), heads, device, positive)
+
+
 def _as_head_tensor(value, heads: int, name: str, device, positive: bool, compiling: bool = False) -> Tensor:
     if isinstance(value, Tensor):
+        if not compiling and _checked_before(value, heads, device, positive):
+            return value
         tensor = value
         if tensor.dtype == torch.bool or tensor.is_complex():
             raise TypeError(f"{name} must be a real number or a float tensor of shape [num_heads={heads}], got dtype {tensor.dtype}")
@@ -103,7 +125,11 @@ def _as_head_tensor(value, heads: int, name: str, device, positive: bool, compil
             # cost more than a decoding step's kernel call
             values = tensor.tolist()
             _check_head_values(name, values if tensor.dim() else [values], positive)
-        return tensor if tensor.dim() == 1 and tensor.shape[0] == heads else tensor.reshape(-1).expand(heads)
+        if tensor.dim() == 1 and tensor.shape[0] == heads:
+            if not compiling and tensor is value:  # remembered only where the call uses the caller's tensor itself
+                _remember_checked(value, heads, device, positive)
+            return tensor
+        return tensor.reshape(-1).expand(heads)
     if not is_real(value):
         raise TypeError(f"{name} must be a real number or a float tensor of shape [num_heads={heads}], got {value!r}")
     number = float(value)
@@ -172,16 +198,22 @@ def scored_attention(
     """
     _check_inputs(query, key, value, attn_mask, scale, dropout_p)
     _check_shapes(query, key, value, enable_gqa)
-    groups = _groups(scoring, params, query, key)
+    if isinstance(scoring, str):  # one scoring function: the call carries its group
+        groups, spec = None, get_scoring_function(scoring)
+        params = _head_params(spec, params or {}, query.shape[1], query, key)
+    else:
+        groups, spec, params = _groups(scoring, params, query, key), None, {}
+        if len(groups) == 1:  # a list naming one function: that function's call
+            (spec, _, params), groups = groups[0], None
     mask = None if attn_mask is None else _checked_mask(attn_mask, query, key)
-    if backend is not None and backend not in BACKENDS:
-        raise ValueError(f"Unknown backend {backend!r}; choose from {BACKEND_NAMES} or None")
-    if return_weights and backend is not None and not BACKENDS[backend].returns_weights:
-        raise ValueError(f"return_weights needs backend 'eager' (backend {backend!r} never materialises the weights)")
+    if backend is not None:
+        if backend not in BACKENDS:
+            raise ValueError(f"Unknown backend {backend!r}; choose from {BACKEND_NAMES} or None")
+        if return_weights and not BACKENDS[backend].returns_weights:
+            raise ValueError(f"return_weights needs backend 'eager' (backend {backend!r} never materialises the weights)")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    spec, _, params = groups[0] if len(groups) == 1 else (None, None, {})
     call = AttentionCall(query, key, value, spec, params, mask, scale, dropout_p, dropout_p > 0, return_weights, is_causal)
-    if spec is not None:  # one scoring function: the call carries its group already
+    if groups is None:
         out, weights = dispatch(call, backend)
     else:
         out, weights = run_groups(call, groups, lambda group: dispatch(group, backend))

@@ -36,10 +36,12 @@ logger = logging.getLogger("ssa_hf")
 _SMALL_PROBLEM = 256 * 256
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class AttentionCall:
     """One attention computation, checked: query [B, H, Lq, D], key/value [B, Hkv, Lk, D], a boolean mask
-    broadcastable to [B, H, Lq, Lk] (4-D) or None, the per-head parameters of `spec` ([H] tensors)."""
+    broadcastable to [B, H, Lq, Lk] (4-D) or None, the per-head parameters of `spec` ([H] tensors).  Treated as
+    immutable (`for_group` makes a changed copy); not a frozen dataclass, whose __init__ sets each field through
+    object.__setattr__ (1.4 us a call, a tenth of a decoding call)."""
 
     query: Tensor
     key: Tensor
@@ -286,19 +288,19 @@ def resolve(spec, device: torch.device, needs_grad: bool, dropout: float, q_len:
     compiling = torch.compiler.is_compiling()
     key = (backend, id(spec), spec.name, device, needs_grad, dropout, q_len * kv_len > _SMALL_PROBLEM, need_weights)
     chosen = None if compiling else _CHOICES.get(key)
-    if chosen is None:
-        if backend is None:
-            name, reason = choose_backend(spec, device, needs_grad, dropout, q_len, kv_len, need_weights)
-        else:
-            refusal = BACKENDS[backend].refuses(spec, needs_grad, device, dropout)
-            name, reason = backend, refusal or "requested"
-            if refusal:
-                raise NotImplementedError(f"{refused.format(backend=backend, scoring=spec.name)} here: {refusal}.")
-        chosen = (name, reason)
-        if not compiling:
-            _CHOICES[key] = chosen
-    _log_once(spec.name, chosen[0], device, chosen[1], compiling)
-    return chosen[0]
+    if chosen is not None:  # remembered: chosen and logged before
+        return chosen[0]
+    if backend is None:
+        name, reason = choose_backend(spec, device, needs_grad, dropout, q_len, kv_len, need_weights)
+    else:
+        refusal = BACKENDS[backend].refuses(spec, needs_grad, device, dropout)
+        name, reason = backend, refusal or "requested"
+        if refusal:
+            raise NotImplementedError(f"{refused.format(backend=backend, scoring=spec.name)} here: {refusal}.")
+    if not compiling:
+        _CHOICES[key] = (name, reason)
+    _log_once(spec.name, name, device, reason, compiling)
+    return name
 
 
 def dispatch(call: AttentionCall, backend: str | None,

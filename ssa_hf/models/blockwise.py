@@ -208,18 +208,12 @@ def _use_native(query):
 def _kernel_forward(query, key, value, b, n, mask, causal, scale, block_q, block_k, need_lse):
     """[out, lse] from the compiled kernel (lse empty without need_lse), or None where it does not take the call:
     not on CPU, float64, the kernel off or not built, or a non-finite query or key element (the torch path
-    propagates those as eager attention does).  bf16 and fp16 are read as they are: no float32 copies."""
+    propagates those as eager attention does).  bf16 and fp16 are read as they are: no float32 copies.  The op
+    makes its inputs contiguous and b, n float32 itself (no-ops for a decoding step's tensors; this runs per layer
+    per step, and each check here cost a fraction of a microsecond)."""
     ops = load_kernels() if _use_native(query) else None
     if ops is None:
         return None
-    dtype = query.dtype
-    # converted only where needed: a decoding step's tensors already are what the kernel reads, and this runs per
-    # layer per step (each conversion call costs about a microsecond, more inside a model)
-    if not (key.dtype == dtype and value.dtype == dtype and query.is_contiguous() and key.is_contiguous()
-            and value.is_contiguous()):
-        query, key, value = _native_inputs(query, key, value, dtype=dtype)
-    if not (b.dtype == torch.float32 and n.dtype == torch.float32 and b.is_contiguous() and n.is_contiguous()):
-        b, n = _native_inputs(b, n)
     res = ops.forward(query, key, value, b, n, mask, causal, scale, block_q, block_k, need_lse, _STATIC_BOUND_MAX,
                       _SERIAL_FLOPS)
     return res or None
@@ -331,11 +325,11 @@ class _EagerAttention(torch.autograd.Function):
 
 def _as_head_param(x, H, like):
     """A number or a tensor of one value or [H] values -> [H] in the compute dtype, on the query's device."""
-    dtype = _compute_dtype(like.dtype)
+    dtype = torch.float64 if like.dtype is torch.float64 else torch.float32  # _compute_dtype, inlined (per call)
+    if type(x) is Tensor and x.dtype is dtype and x.shape == (H,) and x.device == like.device:
+        return x  # already what the kernel takes (a model's per-head parameters)
     if not torch.is_tensor(x):
         return torch.full((H,), float(x), dtype=dtype, device=like.device)
-    if x.dtype == dtype and x.device == like.device and x.dim() == 1 and x.shape[0] == H:
-        return x  # already what the kernel takes (a model's per-head parameters)
     x = x.to(device=like.device, dtype=dtype)
     return x.reshape(1).expand(H) if x.numel() == 1 else x.reshape(H)
 

@@ -29,13 +29,14 @@ with -mprefer-vector-width=512), 8 with AVX2; the scalar passes stay built as th
 other CPUs; tests force it with the ops' ``set_portable``).  ``SSA_HF_KERNEL_ISA=avx2`` or ``portable`` builds for
 less than this CPU has (``kernel_isa``).
 ``SSA_HF_BLOCKWISE_NATIVE=0`` (or ``set_native_enabled(False)``) turns the native kernel off: the torch path
-runs, with one warning saying so.  The build needs a C++ compiler (``$CXX`` or c++) and ninja (a dependency).
+runs, with one warning saying so.  The variable is read at import (and again by ``set_native_enabled(None)``).  The build needs a C++ compiler (``$CXX`` or c++) and ninja (a dependency).
 
 Part of the remote-code unit: imports only torch, the standard library and filelock (a transformers dependency).
 """
 
 import contextlib
 import hashlib
+import importlib.util
 import os
 import platform
 import shutil
@@ -80,17 +81,27 @@ class UnsafeCacheError(RuntimeError):
     """The cache folder cannot be trusted and cannot be made private."""
 
 
+def _enabled_by_environment():
+    raw = os.environ.get("SSA_HF_BLOCKWISE_NATIVE", "1")
+    return raw == "1" or raw.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+# SSA_HF_BLOCKWISE_NATIVE as read at import and by set_native_enabled(None) (an os.environ lookup of an unset
+# variable costs ~0.7 us, and this is asked per layer call)
+_FROM_ENVIRONMENT = [_enabled_by_environment()]
+
+
 def set_native_enabled(enabled):
-    """Force the native kernel on (True) or off (False); None follows ``SSA_HF_BLOCKWISE_NATIVE``."""
+    """Force the native kernel on (True) or off (False); None follows ``SSA_HF_BLOCKWISE_NATIVE`` (read again
+    now)."""
+    if enabled is None:
+        _FROM_ENVIRONMENT[0] = _enabled_by_environment()
     _OVERRIDE[0] = None if enabled is None else bool(enabled)
 
 
 def native_enabled():
-    if _OVERRIDE[0] is not None:
-        return _OVERRIDE[0]
-    raw = os.environ.get("SSA_HF_BLOCKWISE_NATIVE", "1")
-    # read per kernel call (the variable may change at run time): the default answered without parsing
-    return raw == "1" or raw.strip().lower() not in ("0", "false", "no", "off", "")
+    override = _OVERRIDE[0]
+    return _FROM_ENVIRONMENT[0] if override is None else override
 
 
 def cache_root():
@@ -228,9 +239,23 @@ def _verified(folder, library):
         return False
 
 
-def load_library(name, source, flags, root=None):
-    """Build `source` (C++ registering ops with TORCH_LIBRARY) with torch.utils.cpp_extension into the private
-    cache and load it; returns the library's path.  Raises RuntimeError (or UnsafeCacheError) with the reason."""
+def _open(name, library, module):
+    """Load a verified library: as the Python extension module `name` (its PYBIND11_MODULE), or as a plain shared
+    library (torch.ops.load_library)."""
+    if not module:
+        torch.ops.load_library(library)
+        return library
+    spec = importlib.util.spec_from_file_location(name, library)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+def load_library(name, source, flags, root=None, module=False):
+    """Build `source` with torch.utils.cpp_extension into the private cache and load it: returns the library's
+    path, or with `module` the Python extension module it defines (PYBIND11_MODULE(name, ...): the kernel).  The
+    library is loaded under the build lock, right after its hash check.  Raises RuntimeError (or
+    UnsafeCacheError) with the reason."""
     from torch.utils import cpp_extension
 
     root = root or cache_root()
@@ -239,8 +264,7 @@ def load_library(name, source, flags, root=None):
     library = os.path.join(folder, name + ".so")
     with _build_lock(os.path.join(root, name + ".lock")):
         if os.path.exists(library) and _verified(folder, library):
-            torch.ops.load_library(library)
-            return library
+            return _open(name, library, module)
         if os.path.exists(folder):
             if os.path.exists(library):
                 warnings.warn(f"ssa-hf: the compiled kernel {library} failed its ownership, permission or hash check "
@@ -267,7 +291,7 @@ def load_library(name, source, flags, root=None):
         with open(tmp, "w") as f:
             f.write(_sha256(library))
         os.replace(tmp, library + ".sha256")
-        return library
+        return _open(name, library, module) if module else library  # load_inline loaded the plain library
 
 
 def _say(line):
@@ -320,8 +344,7 @@ def _load():
         key = _build_key(flags)
         namespace = f"ssa_hf_native_{key}"
         try:
-            load_library(namespace, NATIVE_SOURCE, flags + [f"-DSSA_HF_NS={namespace}"])
-            return getattr(torch.ops, namespace)
+            return load_library(namespace, NATIVE_SOURCE, flags + [f"-DSSA_HF_NS={namespace}"], module=True)
         except UnsafeCacheError:
             raise
         except RuntimeError as exc:

@@ -12,7 +12,7 @@ MATH_SOURCE = r"""
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 #include <ATen/native/CPUBlas.h>
-#include <torch/library.h>
+#include <torch/csrc/utils/pybind.h>
 #include <algorithm>
 #include <atomic>
 #include <cmath>

@@ -6,11 +6,16 @@ OPS_SOURCE = r"""
 // Forward: returns {out [B, H, Lq, Dv], lse [B, H, Lq]}, or {} when a query or key element is not finite.
 // Rows whose |g| bound (Cauchy-Schwarz) is at most fixed_max use it as a fixed offset: one pass per tile, no
 // running maximum, no rescaling of the partial output (40 keeps exp(g - bound) >= exp(-80), a normal float32).
-std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                          const at::Tensor& b, const at::Tensor& n,
+// The inputs are taken as they come and made what the kernel reads here (contiguous; k and v in q's dtype; b and n
+// float32): each is a no-op for a decoding step's tensors, and the same checks in Python cost microseconds a call.
+std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                                          const at::Tensor& b_in, const at::Tensor& n_in,
                                           const c10::optional<at::Tensor>& mask, bool causal, double scale,
                                           int64_t bq, int64_t bk, bool need_lse, double fixed_max,
                                           double serial_flops) {
+  const at::Tensor q = q_in.contiguous();
+  const at::Tensor k = k_in.to(q.scalar_type()).contiguous(), v = v_in.to(q.scalar_type()).contiguous();
+  const at::Tensor b = b_in.to(at::kFloat).contiguous(), n = n_in.to(at::kFloat).contiguous();
   Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
   P.fixed_max = (float)fixed_max;
   at::Tensor out = at::empty({P.B, P.H, P.Lq, P.Dv}, q.options());
@@ -173,14 +178,19 @@ int64_t ssa_set_portable(bool portable) {
   return vector_path() ? vector_lanes() : 0;
 }
 
-TORCH_LIBRARY(SSA_HF_NS, m) {
-  m.def("parallel_width", &ssa_parallel_width);
+// Python bindings (pybind11, as torch's own C++ modules bind theirs) rather than TORCH_LIBRARY operators: an
+// operator call from Python converts every argument to an IValue and goes through the dispatcher, 3 us of a
+// decoding call's 5 (a binding: 2.7 us all told).  The torch.compile / torch.export surface is the Python custom op
+// of blockwise.py, which calls these.  The kernels release the GIL while they run.
+PYBIND11_MODULE(SSA_HF_NS, m) {
+  namespace py = pybind11;
+  m.def("parallel_width", &ssa_parallel_width, py::call_guard<py::gil_scoped_release>());
   m.def("parallel_regions", &ssa_parallel_regions);
   m.def("vector_lanes", &ssa_vector_lanes);
   m.def("set_portable", &ssa_set_portable);
   m.def("set_bf16_brgemm", &ssa_set_bf16_brgemm);
-  m.def("score_pass", &ssa_score_pass);
-  m.def("forward", &ssa_fused_forward);
-  m.def("backward", &ssa_fused_backward);
+  m.def("score_pass", &ssa_score_pass, py::call_guard<py::gil_scoped_release>());
+  m.def("forward", &ssa_fused_forward, py::call_guard<py::gil_scoped_release>());
+  m.def("backward", &ssa_fused_backward, py::call_guard<py::gil_scoped_release>());
 }
 """

@@ -39,6 +39,9 @@ def closest_name(value, choices) -> str:
 
 def is_real(value) -> bool:
     """A real number that is not a bool."""
+    kind = type(value)
+    if kind is float or kind is int:  # the common answer without the ABC check (0.4 us, asked per call)
+        return True
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 

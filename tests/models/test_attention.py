@@ -82,6 +82,29 @@ def test_refusals_say_what_to_do(kwargs, error, match):
         scored_attention(q, k, v, scoring, params, attn_mask=attn_mask, enable_gqa=gqa, **kwargs)
 
 
+def test_per_head_tensors_checked_before_are_checked_again_once_changed():
+    """scored_attention remembers b, n tensors whose values passed its checks (a decoding loop passes the same ones
+    each call), but an in-place edit, a `.data` swap or a new tensor with the same values is looked at again:
+    a bad value is refused on the next call, and the output follows the new values."""
+    (q, k, v), _ = make_inputs(kv_heads=8, q_len=1, kv_len=6, dim=4)
+    heads = q.shape[1]
+    b, n = torch.full((heads,), 0.8), torch.full((heads,), 1.5)
+    first = scored_attention(q, k, v, "ssa", {"b": b, "n": n})
+    torch.testing.assert_close(scored_attention(q, k, v, "ssa", {"b": b, "n": n}), first)
+    b[1] = float("nan")
+    with pytest.raises(ValueError, match="b must be finite"):
+        scored_attention(q, k, v, "ssa", {"b": b, "n": n})
+    b.fill_(0.8)
+    torch.testing.assert_close(scored_attention(q, k, v, "ssa", {"b": b, "n": n}), first)
+    n.data = torch.full((heads,), -2.0)
+    with pytest.raises(ValueError, match="n must be > 0"):
+        scored_attention(q, k, v, "ssa", {"b": b, "n": n})
+    n.data = torch.full((heads,), 3.0)
+    third = scored_attention(q, k, v, "ssa", {"b": b, "n": n})
+    torch.testing.assert_close(third, ssa_attention(q, k, v, 0.8, 3.0))
+    assert not torch.allclose(third, first)
+
+
 def test_registered_with_transformers():
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface

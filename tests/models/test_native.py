@@ -133,13 +133,20 @@ def test_no_working_compiler_warns_once_and_runs_torch(tmp_path, monkeypatch, fr
 
 
 def test_disabled_by_environment_warns_once(monkeypatch, fresh_state):
-    native.set_native_enabled(None)
+    """The variable is read at import and by set_native_enabled(None) (not per call: an os.environ lookup costs
+    more than a decoding call's bookkeeping)."""
     monkeypatch.setenv("SSA_HF_BLOCKWISE_NATIVE", "0")
-    with pytest.warns(UserWarning, match="SSA_HF_BLOCKWISE_NATIVE=0"):
-        assert native.load_kernels() is None
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert native.load_kernels() is None
+    try:
+        native.set_native_enabled(None)
+        with pytest.warns(UserWarning, match="SSA_HF_BLOCKWISE_NATIVE=0"):
+            assert native.load_kernels() is None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert native.load_kernels() is None
+    finally:
+        monkeypatch.delenv("SSA_HF_BLOCKWISE_NATIVE")
+        native.set_native_enabled(None)
+    assert native.native_enabled()
 
 
 def test_no_global_thread_settings_are_changed():
@@ -404,8 +411,7 @@ def test_avx2_build_matches_the_oracle(monkeypatch):
         pytest.skip("no AVX2 on this CPU")
     flags = native.native_flags({"avx2", "fma", "f16c"}, isa="avx2")  # what SSA_HF_KERNEL_ISA=avx2 builds
     name = f"ssa_hf_native_{native._build_key(flags)}"
-    native.load_library(name, native.NATIVE_SOURCE, flags + [f"-DSSA_HF_NS={name}"])
-    ops = getattr(torch.ops, name)
+    ops = native.load_library(name, native.NATIVE_SOURCE, flags + [f"-DSSA_HF_NS={name}"], module=True)
     assert ops.vector_lanes() == 8
     monkeypatch.setitem(native._STATE, "ops", ops)
     monkeypatch.setitem(native._STATE, "tried", True)
