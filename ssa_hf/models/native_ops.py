@@ -1,6 +1,6 @@
-"""C++ source of the fused CPU kernel, part 3 of 3: the torch entry points (forward, backward and the helpers the
-tests and benchmarks call) and the operator registration.  See native_math.py (part 1), native_kernels.py
-(part 2) and native.py (the build).  Part of the remote-code unit (a string, no imports)."""
+"""C++ source of the fused CPU kernel, part 4 of 4: the entry points (forward, backward and the helpers the tests
+and benchmarks call) and their Python bindings.  See native_math.py (part 1), native_tiles.py (part 2),
+native_kernels.py (part 3) and native.py (the build).  Part of the remote-code unit (a string, no imports)."""
 
 OPS_SOURCE = r"""
 // Forward: returns {out [B, H, Lq, Dv], lse [B, H, Lq]}, or {} when a query or key element is not finite.

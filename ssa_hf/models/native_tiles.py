@@ -1,0 +1,288 @@
+"""C++ source of the fused CPU kernel, part 2 of 4: the small products sgemm is slow at, as the kernel's own
+at::vec loops (scalar loops or sgemm on the portable path): the decoding steps' few-row products, and the tile
+products for head dims of 4, 8 and 16 with the dispatch between them and sgemm.  native_math.py is part 1 (it
+opens the anonymous namespace these live in), native_kernels.py part 3, native_ops.py part 4; native.py joins and
+builds them.  Part of the remote-code unit (a string, no imports)."""
+
+TILES_SOURCE = r"""
+// Decoding steps have one query row per head (G per work item): plain dot products and axpys beat a BLAS call on a
+// 1-row matrix.  These scalar loops are the portable path; the vectorised ones follow.
+constexpr int64_t kFewRows = 4;
+
+template <typename T>
+inline void few_rows_scores_portable(const T* q, const T* k, int64_t rows, int64_t C, int64_t D, float* S,
+                                     int64_t lds) {
+  for (int64_t c = 0; c < C; ++c) {
+    const T* kc = k + c * D;
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* qr = q + r * D;
+      float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t d = 0; d < D; ++d) acc += (float)qr[d] * (float)kc[d];
+      S[r * lds + c] = acc;
+    }
+  }
+}
+
+template <typename T>
+inline void few_rows_values_portable(const float* S, int64_t lds, const T* v, int64_t rows, int64_t C, int64_t Dv,
+                                     bool first, float* acc) {
+  if (first) std::fill(acc, acc + rows * Dv, 0.0f);
+  for (int64_t c = 0; c < C; ++c) {
+    const T* vc = v + c * Dv;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float p = S[r * lds + c];
+      float* ar = acc + r * Dv;
+#pragma omp simd
+      for (int64_t d = 0; d < Dv; ++d) ar[d] += p * (float)vc[d];
+    }
+  }
+}
+
+#ifdef SSA_HF_VECTOR
+// count (<= kW) elements as float lanes, the rest 0
+template <typename T>
+inline __attribute__((always_inline)) Vec load_as_float(const T* p, int64_t count) {
+  if constexpr (std::is_same_v<T, float>) {
+    return Vec::loadu(p, count);
+  } else {
+    Vec out;
+    if (count == kW) {
+      at::vec::load_to_float<T>(p, out);
+      return out;
+    }
+    alignas(64) float tmp[kW] = {};
+    for (int64_t i = 0; i < count; ++i) tmp[i] = (float)p[i];
+    return Vec::loadu(tmp);
+  }
+}
+
+// One vector accumulator per (row, key), reduced once by shuffles: the compiler's reduction of the loop above
+// ends in a sequential sum of the lanes per key, half of a decoding step's kernel time (1 x 512 keys, D = 64).
+template <typename T>
+inline void vfew_rows_scores(const T* q, const T* k, int64_t rows, int64_t C, int64_t D, float* S, int64_t lds) {
+  const auto add = [](Vec a, Vec b) { return a + b; };
+  for (int64_t c = 0; c < C; ++c) {
+    const T* kc = k + c * D;
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* qr = q + r * D;
+      Vec acc(0.0f);
+      for (int64_t d = 0; d < D; d += kW) {
+        const int64_t cnt = std::min<int64_t>(kW, D - d);
+        acc = at::vec::fmadd(load_as_float(qr + d, cnt), load_as_float(kc + d, cnt), acc);
+      }
+      S[r * lds + c] = at::vec::vec_reduce_all<float>(add, acc);
+    }
+  }
+}
+
+// The output rows stay in registers (four vectors at a time) while the keys stream past: one load and one FMA per
+// vector of V instead of a load, an FMA and a store of the accumulator as well.
+template <typename T>
+inline void vfew_rows_values(const float* S, int64_t lds, const T* v, int64_t rows, int64_t C, int64_t Dv,
+                             bool first, float* acc) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* p = S + r * lds;
+    float* ar = acc + r * Dv;
+    int64_t d = 0;
+    for (; d + 4 * kW <= Dv; d += 4 * kW) {
+      Vec a0(0.0f), a1(0.0f), a2(0.0f), a3(0.0f);
+      if (!first) {
+        a0 = Vec::loadu(ar + d); a1 = Vec::loadu(ar + d + kW);
+        a2 = Vec::loadu(ar + d + 2 * kW); a3 = Vec::loadu(ar + d + 3 * kW);
+      }
+      for (int64_t c = 0; c < C; ++c) {
+        const Vec pc(p[c]);
+        const T* vc = v + c * Dv + d;
+        a0 = at::vec::fmadd(pc, load_as_float(vc, kW), a0);
+        a1 = at::vec::fmadd(pc, load_as_float(vc + kW, kW), a1);
+        a2 = at::vec::fmadd(pc, load_as_float(vc + 2 * kW, kW), a2);
+        a3 = at::vec::fmadd(pc, load_as_float(vc + 3 * kW, kW), a3);
+      }
+      a0.store(ar + d); a1.store(ar + d + kW); a2.store(ar + d + 2 * kW); a3.store(ar + d + 3 * kW);
+    }
+    for (; d < Dv; d += kW) {
+      const int64_t cnt = std::min<int64_t>(kW, Dv - d);
+      Vec a = first ? Vec(0.0f) : Vec::loadu(ar + d, cnt);
+      for (int64_t c = 0; c < C; ++c) a = at::vec::fmadd(Vec(p[c]), load_as_float(v + c * Dv + d, cnt), a);
+      a.store(ar + d, cnt);
+    }
+  }
+}
+#endif
+
+template <typename T>
+inline void few_rows_scores(const T* q, const T* k, int64_t rows, int64_t C, int64_t D, float* S, int64_t lds) {
+#ifdef SSA_HF_VECTOR
+  if (vector_path()) return vfew_rows_scores(q, k, rows, C, D, S, lds);
+#endif
+  few_rows_scores_portable(q, k, rows, C, D, S, lds);
+}
+
+template <typename T>
+inline void few_rows_values(const float* S, int64_t lds, const T* v, int64_t rows, int64_t C, int64_t Dv,
+                            bool first, float* acc) {
+#ifdef SSA_HF_VECTOR
+  if (vector_path()) return vfew_rows_values(S, lds, v, rows, C, Dv, first, acc);
+#endif
+  few_rows_values_portable(S, lds, v, rows, C, Dv, first, acc);
+}
+
+// ---- Tile products for head dims of at most 16 (tiny models' 8-wide heads) ----
+// MKL's sgemm is tuned for wide operands: with 8 output columns, the products that sum over the query rows
+// (dV += P^T dO, dK += dS^T Q) or over the keys (dQ += dS K, the forward's P V) ran at 1/3 to 1/9 of these loops'
+// speed (256 x 256 tile, D = 8, 1 thread, AVX-512 EPYC: 85 / 78 us against 9 / 23).  From D = 32 on sgemm is as
+// fast or faster, and D = 16 gains less: only 4, 8 and 16 (and on AVX2 8 and 16) take these paths.
+#ifdef SSA_HF_VECTOR
+// out[c][d] += sum_r a[r][c] b[r][d]: a [R x C] (stride lda), b [R x ND] (ldb), out [C x ND] (ldo).  Keys along the
+// vector, one accumulator per output column (the block transposed in registers), added into out once per kW keys.
+template <int ND>
+inline void small_tn_add(int64_t R, int64_t C, const float* a, int64_t lda, const float* b, int64_t ldb, float* out,
+                         int64_t ldo) {
+  for (int64_t c0 = 0; c0 < C; c0 += kW) {
+    const int64_t cnt = std::min<int64_t>(kW, C - c0);
+    Vec acc[ND];
+#pragma GCC unroll 16
+    for (int d = 0; d < ND; ++d) acc[d] = Vec(0.0f);
+    for (int64_t r = 0; r < R; ++r) {
+      const Vec x = cnt == kW ? Vec::loadu(a + r * lda + c0) : Vec::loadu(a + r * lda + c0, cnt);
+      const float* br = b + r * ldb;
+#pragma GCC unroll 16
+      for (int d = 0; d < ND; ++d) acc[d] = at::vec::fmadd(x, Vec(br[d]), acc[d]);
+    }
+    alignas(64) float t[ND * kW];
+#pragma GCC unroll 16
+    for (int d = 0; d < ND; ++d) acc[d].store(t + d * kW);
+    for (int64_t l = 0; l < cnt; ++l) {
+      float* o = out + (c0 + l) * ldo;
+#pragma GCC unroll 16
+      for (int d = 0; d < ND; ++d) o[d] += t[d * kW + l];
+    }
+  }
+}
+
+// out[r][d] (+)= sum_c a[r][c] bt[d][c]: a [R x C] (lda), bt [ND x C] (ldt) the tile transposed, out [R x ND] (ldo).
+// For ND < kW: dot products along the keys, RB rows at a time sharing each load of bt, one reduction per output.
+template <int ND>
+inline void small_nn_dot(int64_t R, int64_t C, const float* a, int64_t lda, const float* bt, int64_t ldt, bool add,
+                         float* out, int64_t ldo) {
+  constexpr int RB = ND >= 8 ? 2 : 4;
+  const auto plus = [](Vec x, Vec y) { return x + y; };
+  int64_t r0 = 0;
+  const auto rows = [&](auto nrows) {
+    constexpr int NR = decltype(nrows)::value;
+    Vec acc[NR][ND];
+#pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i)
+#pragma GCC unroll 16
+      for (int d = 0; d < ND; ++d) acc[i][d] = Vec(0.0f);
+    for (int64_t c0 = 0; c0 < C; c0 += kW) {
+      const int64_t cnt = std::min<int64_t>(kW, C - c0);
+      Vec x[NR];
+#pragma GCC unroll 16
+      for (int i = 0; i < NR; ++i)
+        x[i] = cnt == kW ? Vec::loadu(a + (r0 + i) * lda + c0) : Vec::loadu(a + (r0 + i) * lda + c0, cnt);
+#pragma GCC unroll 16
+      for (int d = 0; d < ND; ++d) {
+        const Vec y = cnt == kW ? Vec::loadu(bt + d * ldt + c0) : Vec::loadu(bt + d * ldt + c0, cnt);
+#pragma GCC unroll 16
+        for (int i = 0; i < NR; ++i) acc[i][d] = at::vec::fmadd(x[i], y, acc[i][d]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i) {
+      float* o = out + (r0 + i) * ldo;
+#pragma GCC unroll 16
+      for (int d = 0; d < ND; ++d) {
+        const float s = at::vec::vec_reduce_all<float>(plus, acc[i][d]);
+        o[d] = add ? o[d] + s : s;
+      }
+    }
+  };
+  for (; r0 + RB <= R; r0 += RB) rows(std::integral_constant<int, RB>{});
+  for (; r0 < R; ++r0) rows(std::integral_constant<int, 1>{});
+}
+
+// The same product for ND = NV kW: each output row is NV vectors; four rows at a time share each load of b, the tile
+// itself ([C x ND], ldb), and a[r][c] is broadcast.
+template <int NV>
+inline void small_nn_rows(int64_t R, int64_t C, const float* a, int64_t lda, const float* b, int64_t ldb, bool add,
+                          float* out, int64_t ldo) {
+  int64_t r0 = 0;
+  const auto rows = [&](auto nrows) {
+    constexpr int NR = decltype(nrows)::value;
+    Vec acc[NR][NV];
+#pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i)
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) acc[i][v] = add ? Vec::loadu(out + (r0 + i) * ldo + v * kW) : Vec(0.0f);
+    for (int64_t c = 0; c < C; ++c) {
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) {
+        const Vec y = Vec::loadu(b + c * ldb + v * kW);
+#pragma GCC unroll 16
+        for (int i = 0; i < NR; ++i) acc[i][v] = at::vec::fmadd(Vec(a[(r0 + i) * lda + c]), y, acc[i][v]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i)
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) acc[i][v].store(out + (r0 + i) * ldo + v * kW);
+  };
+  for (; r0 + 4 <= R; r0 += 4) rows(std::integral_constant<int, 4>{});
+  for (; r0 < R; ++r0) rows(std::integral_constant<int, 1>{});
+}
+#endif
+
+// Which form the product out = a b takes for ND output columns: 0 sgemm, 1 dot products on the transposed tile
+// (small_nn_dot), 2 broadcast rows on the tile itself (small_nn_rows).  The caller transposes the tile for form 1,
+// once per tile rather than once per product.
+inline int small_nn_form(int64_t ND) {
+#ifdef SSA_HF_VECTOR
+  if (!vector_path()) return 0;
+  if (ND == kW || ND == 2 * kW) return 2;
+  if (ND == 4 || ND == 8) return 1;
+#endif
+  (void)ND;
+  return 0;
+}
+
+// dst[d][c] = src[c][d] for a [C x ND] tile
+inline void transpose_tile(const float* src, int64_t C, int64_t ND, float* dst, int64_t ldd) {
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t d = 0; d < ND; ++d) dst[d * ldd + c] = src[c * ND + d];
+}
+
+// out[R x ND] (+)= a[R x C] b[C x ND] (b [C x ND] contiguous; bt its transpose, stride ldt, where the form needs it)
+inline void product_nn(int64_t R, int64_t C, int64_t ND, const float* a, int64_t lda, const float* b,
+                       const float* bt, int64_t ldt, bool add, float* out, int64_t ldo) {
+#ifdef SSA_HF_VECTOR
+  switch (small_nn_form(ND)) {
+    case 1:
+      if (ND == 4) return small_nn_dot<4>(R, C, a, lda, bt, ldt, add, out, ldo);
+      return small_nn_dot<8>(R, C, a, lda, bt, ldt, add, out, ldo);
+    case 2:
+      if (ND == kW) return small_nn_rows<1>(R, C, a, lda, b, ND, add, out, ldo);
+      return small_nn_rows<2>(R, C, a, lda, b, ND, add, out, ldo);
+    default:
+      break;
+  }
+#endif
+  (void)bt; (void)ldt;
+  gemm(false, false, R, ND, C, 1.0f, a, lda, b, ND, add ? 1.0f : 0.0f, out, ldo);
+}
+
+// out[C x ND] += a[R x C]^T b[R x ND] (b and out contiguous rows of ND)
+inline void product_tn_add(int64_t R, int64_t C, int64_t ND, const float* a, int64_t lda, const float* b,
+                           float* out) {
+#ifdef SSA_HF_VECTOR
+  if (vector_path()) {
+    if (ND == 4) return small_tn_add<4>(R, C, a, lda, b, ND, out, ND);
+    if (ND == 8) return small_tn_add<8>(R, C, a, lda, b, ND, out, ND);
+    if (ND == 16 && kW == 16) return small_tn_add<16>(R, C, a, lda, b, ND, out, ND);  // AVX2: 16 registers
+  }
+#endif
+  gemm(true, false, C, ND, R, 1.0f, a, lda, b, ND, 1.0f, out, ND);
+}
+
+"""
