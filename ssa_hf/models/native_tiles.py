@@ -132,7 +132,8 @@ inline void few_rows_values(const float* S, int64_t lds, const T* v, int64_t row
 // MKL's sgemm is tuned for wide operands: with 8 output columns, the products that sum over the query rows
 // (dV += P^T dO, dK += dS^T Q) or over the keys (dQ += dS K, the forward's P V) ran at 1/3 to 1/9 of these loops'
 // speed (256 x 256 tile, D = 8, 1 thread, AVX-512 EPYC: 85 / 78 us against 9 / 23).  From D = 32 on sgemm is as
-// fast or faster, and D = 16 gains less: only 4, 8 and 16 (and on AVX2 8 and 16) take these paths.
+// fast or faster, and D = 16 gains less: only 4, 8 and 16 take these paths on AVX-512 (fwd+bwd 0.37, 0.45 and
+// 0.85x the sgemm kernel's time), 4 and 8 on AVX2 (0.46, 0.50; at D = 16, 1.03: sgemm kept there).
 #ifdef SSA_HF_VECTOR
 // out[c][d] += sum_r a[r][c] b[r][d]: a [R x C] (stride lda), b [R x ND] (ldb), out [C x ND] (ldo).  Keys along the
 // vector, one accumulator per output column (the block transposed in registers), added into out once per kW keys.
@@ -203,31 +204,23 @@ inline void small_nn_dot(int64_t R, int64_t C, const float* a, int64_t lda, cons
   for (; r0 < R; ++r0) rows(std::integral_constant<int, 1>{});
 }
 
-// The same product for ND = NV kW: each output row is NV vectors; four rows at a time share each load of b, the tile
+// The same product for ND = kW: each output row is one vector; four rows at a time share each load of b, the tile
 // itself ([C x ND], ldb), and a[r][c] is broadcast.
-template <int NV>
 inline void small_nn_rows(int64_t R, int64_t C, const float* a, int64_t lda, const float* b, int64_t ldb, bool add,
                           float* out, int64_t ldo) {
   int64_t r0 = 0;
   const auto rows = [&](auto nrows) {
     constexpr int NR = decltype(nrows)::value;
-    Vec acc[NR][NV];
+    Vec acc[NR];
 #pragma GCC unroll 16
-    for (int i = 0; i < NR; ++i)
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) acc[i][v] = add ? Vec::loadu(out + (r0 + i) * ldo + v * kW) : Vec(0.0f);
+    for (int i = 0; i < NR; ++i) acc[i] = add ? Vec::loadu(out + (r0 + i) * ldo) : Vec(0.0f);
     for (int64_t c = 0; c < C; ++c) {
+      const Vec y = Vec::loadu(b + c * ldb);
 #pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) {
-        const Vec y = Vec::loadu(b + c * ldb + v * kW);
-#pragma GCC unroll 16
-        for (int i = 0; i < NR; ++i) acc[i][v] = at::vec::fmadd(Vec(a[(r0 + i) * lda + c]), y, acc[i][v]);
-      }
+      for (int i = 0; i < NR; ++i) acc[i] = at::vec::fmadd(Vec(a[(r0 + i) * lda + c]), y, acc[i]);
     }
 #pragma GCC unroll 16
-    for (int i = 0; i < NR; ++i)
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) acc[i][v].store(out + (r0 + i) * ldo + v * kW);
+    for (int i = 0; i < NR; ++i) acc[i].store(out + (r0 + i) * ldo);
   };
   for (; r0 + 4 <= R; r0 += 4) rows(std::integral_constant<int, 4>{});
   for (; r0 < R; ++r0) rows(std::integral_constant<int, 1>{});
@@ -240,7 +233,7 @@ inline void small_nn_rows(int64_t R, int64_t C, const float* a, int64_t lda, con
 inline int small_nn_form(int64_t ND) {
 #ifdef SSA_HF_VECTOR
   if (!vector_path()) return 0;
-  if (ND == kW || ND == 2 * kW) return 2;
+  if (ND == kW) return 2;
   if (ND == 4 || ND == 8) return 1;
 #endif
   (void)ND;
@@ -262,8 +255,7 @@ inline void product_nn(int64_t R, int64_t C, int64_t ND, const float* a, int64_t
       if (ND == 4) return small_nn_dot<4>(R, C, a, lda, bt, ldt, add, out, ldo);
       return small_nn_dot<8>(R, C, a, lda, bt, ldt, add, out, ldo);
     case 2:
-      if (ND == kW) return small_nn_rows<1>(R, C, a, lda, b, ND, add, out, ldo);
-      return small_nn_rows<2>(R, C, a, lda, b, ND, add, out, ldo);
+      return small_nn_rows(R, C, a, lda, b, ND, add, out, ldo);
     default:
       break;
   }
@@ -279,7 +271,7 @@ inline void product_tn_add(int64_t R, int64_t C, int64_t ND, const float* a, int
   if (vector_path()) {
     if (ND == 4) return small_tn_add<4>(R, C, a, lda, b, ND, out, ND);
     if (ND == 8) return small_tn_add<8>(R, C, a, lda, b, ND, out, ND);
-    if (ND == 16 && kW == 16) return small_tn_add<16>(R, C, a, lda, b, ND, out, ND);  // AVX2: 16 registers
+    if (ND == 16 && kW == 16) return small_tn_add<16>(R, C, a, lda, b, ND, out, ND);  // not AVX2 (16 registers)
   }
 #endif
   gemm(true, false, C, ND, R, 1.0f, a, lda, b, ND, 1.0f, out, ND);
