@@ -221,8 +221,9 @@ struct Forward {
 // T: the element type of q, k, v, out and dout, and of the gradients returned.  float: every tile product reads
 // the inputs in place and dq, dk, dv accumulate in the outputs.  bfloat16 / float16: each tile is converted to fp32
 // as a product reads it (a key/value tile once per key block, a query/dout block once per (key block, head, query
-// block): 1/C of the products' work) and dk, dv (the item's key rows) and dq accumulate in fp32 scratch, written in
-// T when complete, so nothing of the size of an input is ever held in fp32.
+// block): 1/C of the products' work), or on AMX CPUs bf16 is read as it is by four of the five products
+// (bf16_products); dk, dv (the item's key rows) and dq accumulate in fp32 scratch, written in T when complete, so
+// nothing of the size of an input is ever held in fp32.
 template <typename T>
 struct Backward {
   static constexpr bool kReduced = !std::is_same_v<T, float>;
@@ -257,7 +258,13 @@ struct Backward {
     // chunk per (batch, kv head)) of its heads' dq
     std::vector<float> qf, dof, kf, vf, dka, dva, dqa, row;
     std::vector<float> kt;  // a key tile transposed, [D x bk], where dQ's product reads it so (small_nn_form)
+    // bf16_products: K^T, V^T ([D x bk], [Dv x bk]), dS^T ([bk x bq]) and dS ([bq x bk]) in bf16
+    std::vector<at::BFloat16> kT16, vT16, dst16, ds16;
     explicit Scratch(const Backward& f) {
+      if (f.bf16_products()) {
+        kT16.resize(f.P.D * f.P.bk); vT16.resize(f.P.Dv * f.P.bk);
+        dst16.resize(f.P.bk * f.P.bq); ds16.resize(f.P.bq * f.P.bk);
+      }
       s.resize(f.P.bq * f.P.bk); dp.resize(f.P.bq * f.P.bk); delta.resize(f.P.G * f.P.Lq);
       if (small_nn_form(f.P.D) == 1) kt.resize(f.P.D * f.P.bk);
       if constexpr (kReduced) {
@@ -340,6 +347,55 @@ struct Backward {
     if (done[bhk].fetch_add(1, std::memory_order_acq_rel) + 1 == chunks && !nonfinite->load()) finish(bi, hk, dqc, w);
   }
 
+  // bf16 on CPUs whose bf16 brgemm packs (AMX: bf16_brgemm()): four of the five tile products bf16 x bf16 -> fp32
+  // through cpublas::brgemm on the inputs as they are (S, dP, and dK, dQ with dS rounded to bf16, as SDPA's bf16
+  // backward does); dV += P^T dO stays an fp32 product (rounding P to bf16 took dV's error against float64 to 1.7x
+  // SDPA's on the test shapes, as it doubled the forward's).  Elsewhere fp32 products on converted tiles, which
+  // measured faster without a bf16 matrix unit.
+  bool bf16_products() const { return std::is_same_v<T, at::BFloat16> && bf16_brgemm(); }
+
+  // P over S and dS over dP for the rows [i0, i0 + R) of head h against the key tile [j0, j0 + C); adds the rows'
+  // sum(dg g) to dn_acc; false when no row sees a key of the tile
+  bool row_pass(int64_t bi, int64_t h, int64_t bh, int64_t i0, int64_t R, int64_t j0, int64_t C, float b, float n,
+                const float* delta, float* S, float* dP, double* dn_acc) const {
+    bool any = false;
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t i = i0 + r;
+      Row rw = P.row(bi, h, i, j0, C);
+      const float L = lse[bh * P.Lq + i], d = delta[i];
+      if (L == kInf) rw.cend = 0;
+      float* srow = S + r * P.bk;
+      float* drow = dP + r * P.bk;
+      float acc;
+      if (P.b) acc = rw.mask ? bwd_row_path<true, true>(srow, drow, rw.mask, rw.cend, P.scale, b, n, L, d)
+                             : bwd_row_path<true, false>(srow, drow, nullptr, rw.cend, P.scale, b, n, L, d);
+      else acc = rw.mask ? bwd_row_path<false, true>(srow, drow, rw.mask, rw.cend, P.scale, b, n, L, d)
+                         : bwd_row_path<false, false>(srow, drow, nullptr, rw.cend, P.scale, b, n, L, d);
+      for (int64_t cc = rw.cend; cc < C; ++cc) { srow[cc] = 0.0f; drow[cc] = 0.0f; }
+      *dn_acc += acc;
+      any = any || rw.cend > 0;
+    }
+    return any;
+  }
+
+  // bf16_products: dV += P^T dO in fp32 (dO converted), dK += dS^T Q and dQ += dS K in bf16 x bf16 -> fp32 with dS
+  // rounded into scratch (and transposed for dK)
+  void grads_bf16(int64_t R, int64_t C, const T* qb, const T* dob, const T* kt16, const float* S, const float* dP,
+                  float* dvt, float* dkt, float* dqt, Scratch& w) const {
+    if constexpr (std::is_same_v<T, at::BFloat16>) {
+      product_tn_add(R, C, P.Dv, S, P.bk, as_float(dob, w.dof.data(), R * P.Dv), dvt);
+      at::BFloat16 *dst = w.dst16.data(), *ds = w.ds16.data();
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < C; ++c) {
+          const at::BFloat16 x(dP[r * P.bk + c]);
+          dst[c * R + r] = x;
+          ds[r * C + c] = x;
+        }
+      gemm_bf16(C, P.D, R, dst, R, qb, P.D, true, dkt, P.D);
+      gemm_bf16(R, P.D, C, ds, C, kt16, P.D, true, dqt, P.D);
+    }
+  }
+
   // the key blocks [jb0, jb1) of (batch bi, kv head hk): dk, dv rows from j0k on in dkr, dvr; the G heads' dq in dqg
   void run(int64_t c, int64_t bi, int64_t hk, int64_t jb0, int64_t jb1, int64_t j0k, float* dkr, float* dvr,
            float* dqg, Scratch& w) const {
@@ -348,14 +404,22 @@ struct Backward {
     const T* vb = P.v<T>() + bhk * P.Lk * P.Dv;
     float* S = w.s.data();
     float* dP = w.dp.data();
+    const bool bf = bf16_products();
     for (int64_t jb = jb0; jb < jb1; ++jb) {
       const int64_t j0 = jb * P.bk, C = std::min(P.bk, P.Lk - j0);
-      const float* kt = as_float(kb + j0 * P.D, w.kf.data(), C * P.D);
-      const float* vt = as_float(vb + j0 * P.Dv, w.vf.data(), C * P.Dv);
-      const float* ktt = nullptr;
-      if (small_nn_form(P.D) == 1) {
-        transpose_tile(kt, C, P.D, w.kt.data(), P.bk);
-        ktt = w.kt.data();
+      const float *kt = nullptr, *vt = nullptr, *ktt = nullptr;
+      if (bf) {  // K^T and V^T as the [D x C] operands of Q K^T and dO V^T
+        if constexpr (std::is_same_v<T, at::BFloat16>) {
+          transpose_bf16(kb + j0 * P.D, C, P.D, P.D, w.kT16.data(), C);
+          transpose_bf16(vb + j0 * P.Dv, C, P.Dv, P.Dv, w.vT16.data(), C);
+        }
+      } else {
+        kt = as_float(kb + j0 * P.D, w.kf.data(), C * P.D);
+        vt = as_float(vb + j0 * P.Dv, w.vf.data(), C * P.Dv);
+        if (small_nn_form(P.D) == 1) {
+          transpose_tile(kt, C, P.D, w.kt.data(), P.bk);
+          ktt = w.kt.data();
+        }
       }
       float* dkt = dkr + (j0 - j0k) * P.D;
       float* dvt = dvr + (j0 - j0k) * P.Dv;
@@ -364,34 +428,29 @@ struct Backward {
         const float b = P.b ? P.b[h] : 0.0f, n = P.b ? P.n[h] : 0.0f;
         const T* qh = P.q<T>() + bh * P.Lq * P.D;
         const T* doh = dout + bh * P.Lq * P.Dv;
-        const float* delta = w.delta.data() + g * P.Lq;
         float* dqh = dqg + g * P.Lq * P.D;
         double dn_acc = 0.0;
         const int64_t istart = P.causal ? (j0 / P.bq) * P.bq : 0;
         for (int64_t i0 = istart; i0 < P.Lq; i0 += P.bq) {
           const int64_t R = std::min(P.bq, P.Lq - i0);
-          const float* qt = as_float(qh + i0 * P.D, w.qf.data(), R * P.D);
-          const float* dot = as_float(doh + i0 * P.Dv, w.dof.data(), R * P.Dv);
-          gemm(false, true, R, C, P.D, 1.0f, qt, P.D, kt, P.D, 0.0f, S, P.bk);
-          gemm(false, true, R, C, P.Dv, 1.0f, dot, P.Dv, vt, P.Dv, 0.0f, dP, P.bk);
-          bool any = false;
-          for (int64_t r = 0; r < R; ++r) {
-            const int64_t i = i0 + r;
-            Row rw = P.row(bi, h, i, j0, C);
-            const float L = lse[bh * P.Lq + i], d = delta[i];
-            if (L == kInf) rw.cend = 0;
-            float* srow = S + r * P.bk;
-            float* drow = dP + r * P.bk;
-            float acc;
-            if (P.b) acc = rw.mask ? bwd_row_path<true, true>(srow, drow, rw.mask, rw.cend, P.scale, b, n, L, d)
-                                   : bwd_row_path<true, false>(srow, drow, nullptr, rw.cend, P.scale, b, n, L, d);
-            else acc = rw.mask ? bwd_row_path<false, true>(srow, drow, rw.mask, rw.cend, P.scale, b, n, L, d)
-                               : bwd_row_path<false, false>(srow, drow, nullptr, rw.cend, P.scale, b, n, L, d);
-            for (int64_t cc = rw.cend; cc < C; ++cc) { srow[cc] = 0.0f; drow[cc] = 0.0f; }
-            dn_acc += acc;
-            any = any || rw.cend > 0;
+          const T *qb = qh + i0 * P.D, *dob = doh + i0 * P.Dv;
+          const float *qt = nullptr, *dot = nullptr;
+          if (bf) {
+            if constexpr (std::is_same_v<T, at::BFloat16>) {
+              gemm_bf16(R, C, P.D, qb, P.D, w.kT16.data(), C, false, S, P.bk);
+              gemm_bf16(R, C, P.Dv, dob, P.Dv, w.vT16.data(), C, false, dP, P.bk);
+            }
+          } else {
+            qt = as_float(qb, w.qf.data(), R * P.D);
+            dot = as_float(dob, w.dof.data(), R * P.Dv);
+            gemm(false, true, R, C, P.D, 1.0f, qt, P.D, kt, P.D, 0.0f, S, P.bk);
+            gemm(false, true, R, C, P.Dv, 1.0f, dot, P.Dv, vt, P.Dv, 0.0f, dP, P.bk);
           }
-          if (!any) continue;
+          if (!row_pass(bi, h, bh, i0, R, j0, C, b, n, w.delta.data() + g * P.Lq, S, dP, &dn_acc)) continue;
+          if (bf) {
+            grads_bf16(R, C, qb, dob, kb + j0 * P.D, S, dP, dvt, dkt, dqh + i0 * P.D, w);
+            continue;
+          }
           product_tn_add(R, C, P.Dv, S, P.bk, dot, dvt);
           product_tn_add(R, C, P.D, dP, P.bk, qt, dkt);
           product_nn(R, C, P.D, dP, P.bk, kt, ktt, P.bk, true, dqh + i0 * P.D, P.D);

@@ -19,7 +19,8 @@ def kernel(request):
     users get; at::vec, 16 lanes on AVX-512), on the same kernel forced onto its portable scalar passes (what
     CPUs without AVX2 run), and on the torch path (float64, and the fallback where no compiler works).  The
     native runs fail, rather than silently testing torch, when the kernel cannot be built. The portable run also
-    switches the bf16 forward's Q K^T to the product this CPU does not pick (bf16 brgemm or fp32 tiles)."""
+    switches the bf16 tile products, forward and backward, to the kind this CPU does not pick (bf16 brgemm or
+    fp32 on converted tiles)."""
     native.set_native_enabled(request.param != "torch")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "the fused kernel is off" (said once per process)
@@ -27,8 +28,8 @@ def kernel(request):
     assert (loaded is not None) == (request.param != "torch"), "the fused CPU kernel did not build"
     if loaded is not None:
         loaded.set_portable(request.param == "portable")
-        # the bf16 forward's other Q K^T product (brgemm or fp32 on converted tiles, whichever this CPU does not
-        # pick) runs with the portable passes, so that every bf16 test covers both
+        # the bf16 products of the other kind (brgemm or fp32 on converted tiles, whichever this CPU does not pick)
+        # run with the portable passes, so that every bf16 test covers both
         auto = loaded.set_bf16_brgemm(-1)
         if request.param == "portable":
             loaded.set_bf16_brgemm(0 if auto else 1)
