@@ -126,8 +126,10 @@ def _as_head_tensor(value, heads: int, name: str, device, positive: bool, compil
             values = tensor.tolist()
             _check_head_values(name, values if tensor.dim() else [values], positive)
         if tensor.dim() == 1 and tensor.shape[0] == heads:
-            # remembered only where the call uses the caller's own plain tensor (subclasses may have no storage)
-            if not compiling and tensor is value and type(value) in (Tensor, torch.nn.Parameter):
+            # remembered only where the call uses the caller's own plain tensor (subclasses may have no storage;
+            # inference tensors have no version counter: checked on every call)
+            if (not compiling and tensor is value and type(value) in (Tensor, torch.nn.Parameter)
+                    and not value.is_inference()):
                 _remember_checked(value, heads, device, positive)
             return tensor
         return tensor.reshape(-1).expand(heads)

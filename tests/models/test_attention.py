@@ -105,6 +105,19 @@ def test_per_head_tensors_checked_before_are_checked_again_once_changed():
     assert not torch.allclose(third, first)
 
 
+def test_per_head_tensors_made_in_inference_mode_are_checked_on_every_call():
+    """Inference tensors have no version counter: they are never remembered as checked, so they work, and a bad
+    value is still refused."""
+    (q, k, v), _ = make_inputs(kv_heads=8, q_len=1, kv_len=6, dim=4)
+    with torch.inference_mode():
+        b, n = torch.full((q.shape[1],), 0.8), torch.full((q.shape[1],), 1.5)
+        first = scored_attention(q, k, v, "ssa", {"b": b, "n": n})
+        torch.testing.assert_close(scored_attention(q, k, v, "ssa", {"b": b, "n": n}), first)
+        b[0] = -1.0
+        with pytest.raises(ValueError, match="b must be > 0"):
+            scored_attention(q, k, v, "ssa", {"b": b, "n": n})
+
+
 def test_registered_with_transformers():
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
