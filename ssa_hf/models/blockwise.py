@@ -191,12 +191,6 @@ def _torch_backward(grad_out, query, key, value, out, lse, b, n, layout: _Layout
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _native_inputs(*tensors, dtype=torch.float32):
-    """The tensors as the fused kernel reads them: contiguous, in `dtype` (the attention inputs' own dtype for
-    float32, bfloat16 and float16, so that no float32 copy is made; float32 for b, n and lse)."""
-    return [t if t.dtype == dtype and t.is_contiguous() else t.to(dtype).contiguous() for t in tensors]
-
-
 _KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -249,9 +243,8 @@ def _backward_kernel(grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor
     need_bn = need_bn and ssa
     ops = load_kernels() if _use_native(query) else None
     res = None
-    if ops is not None:
-        tensors = _native_inputs(grad_out, query, key, value, out, dtype=query.dtype)
-        res = ops.backward(*tensors, *_native_inputs(lse, b, n), mask, causal, scale, block_q, block_k, need_bn,
+    if ops is not None:  # the op makes its inputs contiguous and in the dtypes it reads
+        res = ops.backward(grad_out, query, key, value, out, lse, b, n, mask, causal, scale, block_q, block_k, need_bn,
                            _SERIAL_FLOPS)
     if res:
         dq, dk, dv, dn, db = res
@@ -325,7 +318,7 @@ class _EagerAttention(torch.autograd.Function):
 
 def _as_head_param(x, H, like):
     """A number or a tensor of one value or [H] values -> [H] in the compute dtype, on the query's device."""
-    dtype = torch.float64 if like.dtype is torch.float64 else torch.float32  # _compute_dtype, inlined (per call)
+    dtype = _compute_dtype(like.dtype)
     if type(x) is Tensor and x.dtype is dtype and x.shape == (H,) and x.device == like.device:
         return x  # already what the kernel takes (a model's per-head parameters)
     if not torch.is_tensor(x):

@@ -56,15 +56,20 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q_in, const at::Tens
 
 // Backward: returns {dq, dk, dv, dn [H], db [H]} (dn, db in the dtype of n and b); summed in float64 over rows:
 // dL/dn = sum(dL/dg * g) / n, dL/db = sum(q . dq) / b; both empty for softmax or when need_bn is false.
-std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
-                                           const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                                           const at::Tensor& b, const at::Tensor& n,
+// The inputs are made what the kernel reads here, as in the forward (contiguous; dout, k, v, out in q's dtype; lse,
+// b, n float32).
+std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
+                                           const at::Tensor& v_in, const at::Tensor& out_in, const at::Tensor& lse_in,
+                                           const at::Tensor& b_in, const at::Tensor& n_in,
                                            const c10::optional<at::Tensor>& mask, bool causal, double scale,
                                            int64_t bq, int64_t bk, bool need_bn, double serial_flops) {
+  const at::Tensor q = q_in.contiguous();
+  const auto dt = q.scalar_type();
+  const at::Tensor k = k_in.to(dt).contiguous(), v = v_in.to(dt).contiguous();
+  const at::Tensor dout = dout_in.to(dt).contiguous(), out = out_in.to(dt).contiguous();
+  const at::Tensor lse = lse_in.to(at::kFloat).contiguous();
+  const at::Tensor b = b_in.to(at::kFloat).contiguous(), n = n_in.to(at::kFloat).contiguous();
   Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
-  TORCH_CHECK(dout.is_contiguous() && out.is_contiguous() && lse.is_contiguous(), "ssa_hf fused kernel: contiguous tensors expected");
-  TORCH_CHECK(dout.scalar_type() == P.dtype && out.scalar_type() == P.dtype && lse.scalar_type() == at::kFloat,
-              "ssa_hf fused kernel: dout and out in the dtype of q, lse in float32");
   const bool bn = need_bn && P.b != nullptr;
   const bool reduced = P.dtype != at::kFloat;
   if (P.Lq == 0) return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kFloat)), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kFloat))};
