@@ -136,7 +136,8 @@ def _as_head_tensor(value, heads: int, name: str, device, positive: bool, compil
     if not is_real(value):
         raise TypeError(f"{name} must be a real number or a float tensor of shape [num_heads={heads}], got {value!r}")
     number = float(value)
-    _check_head_values(name, [number], positive)
+    if not (math.isfinite(number) and (number > 0 or not positive)):  # the list check only to word the error
+        _check_head_values(name, [number], positive)
     if compiling:  # traced: a tensor of the graph, no module-level cache
         return torch.full((heads,), number, device=device)
     return _constant(number, heads, device)
