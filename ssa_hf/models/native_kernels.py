@@ -33,35 +33,24 @@ inline bool item_bounds(const Problem& P, const T* q, int64_t rows, int64_t R, c
   return ok;
 }
 
-// bfloat16 tile products, bf16 x bf16 -> fp32, through torch's exported at::native::cpublas::brgemm (oneDNN's
-// brgemm ukernel on AMX CPUs; elsewhere torch's own bf16 gemm): C[m x n] (+)= A[m x k] B[k x n], row-major, B in
-// its plain (not VNNI-packed) layout
-inline void gemm_bf16(int64_t m, int64_t n, int64_t k, const at::BFloat16* A, int64_t lda, const at::BFloat16* B,
-                      int64_t ldb, bool add, float* C, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    if (!add)
-      for (int64_t i = 0; i < m; ++i) std::fill(C + i * ldc, C + i * ldc + n, 0.0f);
-    return;
-  }
-  at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, add, A, B, C, /*is_vnni=*/false);
+// Products of bf16 tiles through the ukernel need even head dims (VNNI pairs along D read q, k rows as they are);
+// at the widths of native_tiles.py's small-head-dim loops those stay (fp32 on converted tiles).
+constexpr int64_t kUkernelMinDim = 16;
+// P (forward P V, backward dV += P^T dO) enters the ukernel as bf16 hi + lo parts: rounding P to bf16 alone (as
+// SDPA's flash kernel does) doubled the output error against float64 on the test shapes and took dV's to 1.7x
+// SDPA's, above the 1.5x bound; hi + lo keeps 16 bits of P for one more bf16 product.
+constexpr bool kSplitP = true;
+
+inline bool bf16_ukernel(const Problem& P) {
+  return P.dtype == at::kBFloat16 && P.D % 2 == 0 && P.Dv % 2 == 0 && std::min(P.D, P.Dv) >= kUkernelMinDim &&
+         bf16_brgemm();
 }
 
-// dst[c][r] = src[r][c] for a [rows x cols] bf16 block (a key tile as the [D x C] operand of Q K^T)
-inline void transpose_bf16(const at::BFloat16* src, int64_t rows, int64_t cols, int64_t lds, at::BFloat16* dst,
-                           int64_t ldd) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
-}
-
-
-// T: the element type of q, k, v and out: float; at::BFloat16 (Q K^T as bf16 x bf16 -> fp32 brgemm on CPUs with
-// AMX, else as at::Half: bf16_brgemm()); or at::Half (the item's query rows and each key tile converted to fp32 for
-// sgemm: CPUs without AVX512-FP16 or AMX-FP16 have no fp16 dot product, and brgemm's fp16 fallback measured half
-// sgemm's speed here).  Statistics and
-// accumulation are fp32, and P V is an fp32 product from a float copy of the value tile: rounding P to bf16 instead
-// (as SDPA's flash kernel does) doubled the output error against float64 on the test shapes, and the tile copy
-// costs 1/rows of its product.
+// T: the element type of q, k, v and out: float; at::BFloat16 (tile products bf16 x bf16 -> fp32 through the
+// ukernel where bf16_brgemm(), else as at::Half); or at::Half (the item's query rows and each key tile converted
+// to fp32 for sgemm: CPUs without AVX512-FP16 or AMX-FP16 have no fp16 dot product, and brgemm's fp16 fallback
+// measured half sgemm's speed here).  Statistics and accumulation are fp32; P V without the ukernel is an fp32
+// product from a float copy of the value tile (the tile copy costs 1/rows of its product).
 template <typename T>
 struct Forward {
   static constexpr bool kBf16 = std::is_same_v<T, at::BFloat16>;
@@ -76,20 +65,32 @@ struct Forward {
   struct Scratch {
     std::vector<T> q;
     std::vector<float> s, acc, m, l, alpha;
-    std::vector<at::BFloat16> kt;  // bf16: a key tile transposed ([D x bk])
-    std::vector<float> vt;         // bf16, fp16: a value tile as float ([bk x Dv])
-    std::vector<float> qf, kf;     // fp16 (and bf16 without brgemm): the item's query rows and a key tile as float
+    std::vector<float> vt;         // bf16, fp16 without the ukernel: a value tile as float ([bk x Dv])
+    std::vector<float> qf, kf;     // the same: the item's query rows and a key tile as float
     std::vector<float> vtt;        // a value tile transposed ([Dv x bk]) where P V reads it so (small_nn_form)
+    std::vector<uint32_t> kT, vN;  // the ukernel: K^T and V tiles packed
+    std::vector<at::BFloat16> ph, pl;  // the ukernel: P's rows as bf16 hi and lo parts
     explicit Scratch(const Forward& f) {
       if (small_nn_form(f.P.Dv) == 1) vtt.resize(f.P.Dv * f.P.bk);
       const int64_t rows = f.P.G * f.P.bq;
       q.resize(rows * f.P.D); s.resize(rows * f.P.bk); acc.resize(rows * f.P.Dv);
       m.resize(rows); l.resize(rows); alpha.resize(rows);
-      if (kBf16) kt.resize(f.P.D * f.P.bk);
-      if (kReduced) vt.resize(f.P.bk * f.P.Dv);
-      if (kReduced) { qf.resize(rows * f.P.D); kf.resize(f.P.bk * f.P.D); }
+      if (f.ukernel()) {
+        kT.resize(vnni_words(f.P.D, f.P.bk)); vN.resize(vnni_words(f.P.bk, f.P.Dv));
+        ph.resize(rows * even(f.P.bk)); if (kSplitP) pl.resize(rows * even(f.P.bk));
+      } else if (kReduced) {
+        vt.resize(f.P.bk * f.P.Dv); qf.resize(rows * f.P.D); kf.resize(f.P.bk * f.P.D);
+      }
     }
   };
+
+  bool ukernel() const { return kBf16 && bf16_ukernel(P); }
+
+  // row rr of P (fp32, C keys) as bf16 hi and lo parts, the A operand of P V through the ukernel
+  void round_p(const float* srow, int64_t rr, int64_t C, Scratch& w) const {
+    const int64_t Ce = even(C);
+    round_rows<kSplitP>(srow, 1, C, P.bk, w.ph.data() + rr * Ce, w.pl.data() + rr * Ce, Ce);
+  }
 
   const T* qp() const { return P.q<T>(); }
   const T* kp() const { return P.k<T>(); }
@@ -109,8 +110,8 @@ struct Forward {
       const int64_t h = hk * P.G + g;
       std::memcpy(w.q.data() + g * R * P.D, qp() + ((bi * P.H + h) * P.Lq + i0) * P.D, sizeof(T) * R * P.D);
     }
-    const bool brgemm = kBf16 && bf16_brgemm();
-    if (kReduced && !brgemm) at::vec::convert(w.q.data(), w.qf.data(), rows * P.D);
+    const bool uk = ukernel(), uk_pv = uk && rows > kFewRows;
+    if (kReduced && !uk) at::vec::convert(w.q.data(), w.qf.data(), rows * P.D);
     // Rows whose bound is small enough use it as a fixed offset (no running maximum); computed here, inside the
     // call's one parallel region, since every barrier costs a scheduler slice on a busy machine
     bool fixed = P.bounded;
@@ -130,10 +131,10 @@ struct Forward {
       if (rows <= kFewRows) {
         few_rows_scores(w.q.data(), kb + j0 * P.D, rows, C, P.D, S, P.bk);
       } else if constexpr (kReduced) {
-        if (brgemm) {
+        if (uk) {
           if constexpr (kBf16) {
-            transpose_bf16(kb + j0 * P.D, C, P.D, P.D, w.kt.data(), C);
-            gemm_bf16(rows, C, P.D, w.q.data(), P.D, w.kt.data(), C, false, S, P.bk);
+            vnni_pack_t(kb + j0 * P.D, C, P.D, P.D, w.kT.data());
+            gemm_vnni(rows, C, P.D, w.q.data(), P.D, w.kT.data(), false, S, P.bk);
           }
         } else {
           at::vec::convert(kb + j0 * P.D, w.kf.data(), C * P.D);
@@ -150,6 +151,7 @@ struct Forward {
         const float b = P.b ? P.b[h] : 0.0f, n = P.b ? P.n[h] : 0.0f;
         if (fixed) {
           w.l[rr] += fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, w.m[rr]);
+          if (uk_pv) round_p(srow, rr, C, w);
           continue;
         }
         float lo, hi;
@@ -174,6 +176,7 @@ struct Forward {
         w.l[rr] = w.l[rr] * a + sum;
         w.alpha[rr] = a;
         rescale = rescale || a != 1.0f;
+        if (uk_pv) round_p(srow, rr, C, w);
       }
       if (!first && rescale)
         for (int64_t rr = 0; rr < rows; ++rr) {
@@ -183,6 +186,13 @@ struct Forward {
         }
       if (rows <= kFewRows) {
         few_rows_values(S, P.bk, vb + j0 * P.Dv, rows, C, P.Dv, first, w.acc.data());
+      } else if (uk) {
+        if constexpr (kBf16) {
+          const int64_t Ce = even(C);  // P's rows were rounded into ph, pl by the row loop
+          vnni_pack(vb + j0 * P.Dv, C, P.Dv, P.Dv, w.vN.data());
+          gemm_vnni(rows, P.Dv, C, w.ph.data(), Ce, w.vN.data(), !first, w.acc.data(), P.Dv);
+          if (kSplitP) gemm_vnni(rows, P.Dv, C, w.pl.data(), Ce, w.vN.data(), true, w.acc.data(), P.Dv);
+        }
       } else {
         const float* vt;
         if constexpr (kReduced) {
@@ -221,9 +231,9 @@ struct Forward {
 // T: the element type of q, k, v, out and dout, and of the gradients returned.  float: every tile product reads
 // the inputs in place and dq, dk, dv accumulate in the outputs.  bfloat16 / float16: each tile is converted to fp32
 // as a product reads it (a key/value tile once per key block, a query/dout block once per (key block, head, query
-// block): 1/C of the products' work), or on AMX CPUs bf16 is read as it is by four of the five products
-// (bf16_products); dk, dv (the item's key rows) and dq accumulate in fp32 scratch, written in T when complete, so
-// nothing of the size of an input is ever held in fp32.
+// block): 1/C of the products' work), or bf16 goes through the ukernel (ukernel() below); dk, dv (the item's key
+// rows) and dq accumulate in fp32 scratch, written in T when complete, so nothing of the size of an input is ever
+// held in fp32.
 template <typename T>
 struct Backward {
   static constexpr bool kReduced = !std::is_same_v<T, float>;
@@ -258,18 +268,26 @@ struct Backward {
     // chunk per (batch, kv head)) of its heads' dq
     std::vector<float> qf, dof, kf, vf, dka, dva, dqa, row;
     std::vector<float> kt;  // a key tile transposed, [D x bk], where dQ's product reads it so (small_nn_form)
-    // bf16_products: K^T, V^T ([D x bk], [Dv x bk]), dS^T ([bk x bq]) and dS ([bq x bk]) in bf16
-    std::vector<at::BFloat16> kT16, vT16, dst16, ds16;
+    // the ukernel: K^T, V^T and K of a key tile, P (hi, lo) and dS of a query block, packed; Q^T, dO^T and dS rows
+    // in bf16; the tile's dK^T and dV^T sums
+    std::vector<uint32_t> kT, vT, kN, pph, ppl, dsp;
+    std::vector<at::BFloat16> qT, doT, ds16;
+    std::vector<float> dkT, dvT;
     explicit Scratch(const Backward& f) {
-      if (f.bf16_products()) {
-        kT16.resize(f.P.D * f.P.bk); vT16.resize(f.P.Dv * f.P.bk);
-        dst16.resize(f.P.bk * f.P.bq); ds16.resize(f.P.bq * f.P.bk);
+      const int64_t D = f.P.D, Dv = f.P.Dv, bq = f.P.bq, bk = f.P.bk;
+      if (f.ukernel()) {
+        kT.resize(vnni_words(D, bk)); vT.resize(vnni_words(Dv, bk)); kN.resize(vnni_words(bk, D));
+        pph.resize(vnni_words(bq, bk)); if (kSplitP) ppl.resize(vnni_words(bq, bk)); dsp.resize(vnni_words(bq, bk));
+        qT.resize(D * even(bq)); doT.resize(Dv * even(bq)); ds16.resize(bq * even(bk));
+        dkT.resize(D * bk); dvT.resize(Dv * bk);
       }
       s.resize(f.P.bq * f.P.bk); dp.resize(f.P.bq * f.P.bk); delta.resize(f.P.G * f.P.Lq);
       if (small_nn_form(f.P.D) == 1) kt.resize(f.P.D * f.P.bk);
       if constexpr (kReduced) {
         const int64_t keys = std::min(f.P.Lk, f.per() * f.P.bk);
-        qf.resize(f.P.bq * f.P.D); dof.resize(f.P.bq * f.P.Dv); kf.resize(f.P.bk * f.P.D); vf.resize(f.P.bk * f.P.Dv);
+        if (!f.ukernel()) {
+          qf.resize(f.P.bq * f.P.D); dof.resize(f.P.bq * f.P.Dv); kf.resize(f.P.bk * f.P.D); vf.resize(f.P.bk * f.P.Dv);
+        }
         dka.resize(keys * f.P.D); dva.resize(keys * f.P.Dv); row.resize(f.P.D);
         if (f.chunks == 1) dqa.resize(f.P.G * f.P.Lq * f.P.D);
       }
@@ -347,12 +365,11 @@ struct Backward {
     if (done[bhk].fetch_add(1, std::memory_order_acq_rel) + 1 == chunks && !nonfinite->load()) finish(bi, hk, dqc, w);
   }
 
-  // bf16 on CPUs whose bf16 brgemm packs (AMX: bf16_brgemm()): four of the five tile products bf16 x bf16 -> fp32
-  // through cpublas::brgemm on the inputs as they are (S, dP, and dK, dQ with dS rounded to bf16, as SDPA's bf16
-  // backward does); dV += P^T dO stays an fp32 product (rounding P to bf16 took dV's error against float64 to 1.7x
-  // SDPA's on the test shapes, as it doubled the forward's).  Elsewhere fp32 products on converted tiles, which
-  // measured faster without a bf16 matrix unit.
-  bool bf16_products() const { return std::is_same_v<T, at::BFloat16> && bf16_brgemm(); }
+  // bf16 through the ukernel (bf16_ukernel): all five tile products bf16 x bf16 -> fp32, dS rounded to bf16 as
+  // SDPA's bf16 backward does, P as hi + lo parts (kSplitP); dK and dV as dK^T += Q^T dS and dV^T += dO^T P, so
+  // that what is packed along the query rows is dS and P (converted as they are packed) and what is transposed is
+  // the narrower Q and dO blocks
+  bool ukernel() const { return std::is_same_v<T, at::BFloat16> && bf16_ukernel(P); }
 
   // P over S and dS over dP for the rows [i0, i0 + R) of head h against the key tile [j0, j0 + C); adds the rows'
   // sum(dg g) to dn_acc; false when no row sees a key of the tile
@@ -378,21 +395,34 @@ struct Backward {
     return any;
   }
 
-  // bf16_products: dV += P^T dO in fp32 (dO converted), dK += dS^T Q and dQ += dS K in bf16 x bf16 -> fp32 with dS
-  // rounded into scratch (and transposed for dK)
-  void grads_bf16(int64_t R, int64_t C, const T* qb, const T* dob, const T* kt16, const float* S, const float* dP,
-                  float* dvt, float* dkt, float* dqt, Scratch& w) const {
+  // the ukernel: row_pass over pairs of rows, each pair packed while in L1: P (hi, lo) and dS along the query
+  // rows (B operands of dV^T and dK^T), dS rows rounded (A operand of dQ)
+  bool pass_and_pack(int64_t bi, int64_t h, int64_t bh, int64_t i0, int64_t R, int64_t j0, int64_t C, float b,
+                     float n, const float* delta, double* dn_acc, Scratch& w) const {
+    const int64_t Re = even(R), Ce = even(C);
+    bool any = false;
+    for (int64_t r = 0; r < R; r += 2) {
+      float* S = w.s.data() + r * P.bk;
+      float* dP = w.dp.data() + r * P.bk;
+      const bool two = r + 1 < R;
+      any = row_pass(bi, h, bh, i0 + r, two ? 2 : 1, j0, C, b, n, delta, S, dP, dn_acc) || any;
+      vnni_pack_f32_pair<kSplitP>(S, two ? S + P.bk : nullptr, C, Re, r / 2, w.pph.data(), w.ppl.data());
+      vnni_pack_f32_pair<false>(dP, two ? dP + P.bk : nullptr, C, Re, r / 2, w.dsp.data(), nullptr);
+      round_rows<false>(dP, two ? 2 : 1, C, P.bk, w.ds16.data() + r * Ce, nullptr, Ce);
+    }
+    return any;
+  }
+
+  // the ukernel's gradient products for a query block of R rows (bf16 rows qb, dob; P, dS packed)
+  void grads_ukernel(int64_t R, int64_t C, const T* qb, const T* dob, float* dqt, Scratch& w) const {
     if constexpr (std::is_same_v<T, at::BFloat16>) {
-      product_tn_add(R, C, P.Dv, S, P.bk, as_float(dob, w.dof.data(), R * P.Dv), dvt);
-      at::BFloat16 *dst = w.dst16.data(), *ds = w.ds16.data();
-      for (int64_t r = 0; r < R; ++r)
-        for (int64_t c = 0; c < C; ++c) {
-          const at::BFloat16 x(dP[r * P.bk + c]);
-          dst[c * R + r] = x;
-          ds[r * C + c] = x;
-        }
-      gemm_bf16(C, P.D, R, dst, R, qb, P.D, true, dkt, P.D);
-      gemm_bf16(R, P.D, C, ds, C, kt16, P.D, true, dqt, P.D);
+      const int64_t Re = even(R), Ce = even(C);
+      transpose_rows_bf16(dob, R, P.Dv, P.Dv, w.doT.data(), Re);
+      gemm_vnni(P.Dv, C, R, w.doT.data(), Re, w.pph.data(), true, w.dvT.data(), P.bk);
+      if (kSplitP) gemm_vnni(P.Dv, C, R, w.doT.data(), Re, w.ppl.data(), true, w.dvT.data(), P.bk);
+      transpose_rows_bf16(qb, R, P.D, P.D, w.qT.data(), Re);
+      gemm_vnni(P.D, C, R, w.qT.data(), Re, w.dsp.data(), true, w.dkT.data(), P.bk);
+      gemm_vnni(R, P.D, C, w.ds16.data(), Ce, w.kN.data(), true, dqt, P.D);
     }
   }
 
@@ -404,14 +434,17 @@ struct Backward {
     const T* vb = P.v<T>() + bhk * P.Lk * P.Dv;
     float* S = w.s.data();
     float* dP = w.dp.data();
-    const bool bf = bf16_products();
+    const bool uk = ukernel();
     for (int64_t jb = jb0; jb < jb1; ++jb) {
       const int64_t j0 = jb * P.bk, C = std::min(P.bk, P.Lk - j0);
       const float *kt = nullptr, *vt = nullptr, *ktt = nullptr;
-      if (bf) {  // K^T and V^T as the [D x C] operands of Q K^T and dO V^T
+      if (uk) {  // K^T and V^T (the B operands of Q K^T and dO V^T) and K (of dS K)
         if constexpr (std::is_same_v<T, at::BFloat16>) {
-          transpose_bf16(kb + j0 * P.D, C, P.D, P.D, w.kT16.data(), C);
-          transpose_bf16(vb + j0 * P.Dv, C, P.Dv, P.Dv, w.vT16.data(), C);
+          vnni_pack_t(kb + j0 * P.D, C, P.D, P.D, w.kT.data());
+          vnni_pack_t(vb + j0 * P.Dv, C, P.Dv, P.Dv, w.vT.data());
+          vnni_pack(kb + j0 * P.D, C, P.D, P.D, w.kN.data());
+          std::fill(w.dkT.begin(), w.dkT.end(), 0.0f);
+          std::fill(w.dvT.begin(), w.dvT.end(), 0.0f);
         }
       } else {
         kt = as_float(kb + j0 * P.D, w.kf.data(), C * P.D);
@@ -435,28 +468,32 @@ struct Backward {
           const int64_t R = std::min(P.bq, P.Lq - i0);
           const T *qb = qh + i0 * P.D, *dob = doh + i0 * P.Dv;
           const float *qt = nullptr, *dot = nullptr;
-          if (bf) {
-            if constexpr (std::is_same_v<T, at::BFloat16>) {
-              gemm_bf16(R, C, P.D, qb, P.D, w.kT16.data(), C, false, S, P.bk);
-              gemm_bf16(R, C, P.Dv, dob, P.Dv, w.vT16.data(), C, false, dP, P.bk);
-            }
+          if (uk) {
+            gemm_vnni(R, C, P.D, qb, P.D, w.kT.data(), false, S, P.bk);
+            gemm_vnni(R, C, P.Dv, dob, P.Dv, w.vT.data(), false, dP, P.bk);
           } else {
             qt = as_float(qb, w.qf.data(), R * P.D);
             dot = as_float(dob, w.dof.data(), R * P.Dv);
             gemm(false, true, R, C, P.D, 1.0f, qt, P.D, kt, P.D, 0.0f, S, P.bk);
             gemm(false, true, R, C, P.Dv, 1.0f, dot, P.Dv, vt, P.Dv, 0.0f, dP, P.bk);
           }
-          if (!row_pass(bi, h, bh, i0, R, j0, C, b, n, w.delta.data() + g * P.Lq, S, dP, &dn_acc)) continue;
-          if (bf) {
-            grads_bf16(R, C, qb, dob, kb + j0 * P.D, S, dP, dvt, dkt, dqh + i0 * P.D, w);
+          if (uk) {
+            if (pass_and_pack(bi, h, bh, i0, R, j0, C, b, n, w.delta.data() + g * P.Lq, &dn_acc, w))
+              grads_ukernel(R, C, qb, dob, dqh + i0 * P.D, w);
             continue;
           }
+          if (!row_pass(bi, h, bh, i0, R, j0, C, b, n, w.delta.data() + g * P.Lq, S, dP, &dn_acc)) continue;
           product_tn_add(R, C, P.Dv, S, P.bk, dot, dvt);
           product_tn_add(R, C, P.D, dP, P.bk, qt, dkt);
           product_nn(R, C, P.D, dP, P.bk, kt, ktt, P.bk, true, dqh + i0 * P.D, P.D);
         }
         if (dn) dn[c * P.B * P.H + bh] += dn_acc;
       }
+      if (uk)  // the tile's dK^T, dV^T sums into its rows of dk, dv
+        for (int64_t cc = 0; cc < C; ++cc) {
+          for (int64_t d = 0; d < P.D; ++d) dkt[cc * P.D + d] += w.dkT[d * P.bk + cc];
+          for (int64_t d = 0; d < P.Dv; ++d) dvt[cc * P.Dv + d] += w.dvT[d * P.bk + cc];
+        }
     }
   }
 

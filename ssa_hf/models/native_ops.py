@@ -171,12 +171,15 @@ at::Tensor ssa_score_pass(at::Tensor s, at::Tensor dp, double scale, double b, d
   return out;
 }
 
-// The bf16 forward's Q K^T products: -1 as the CPU suits (brgemm with AMX), 0 fp32 on converted tiles, 1 brgemm;
-// returns whether brgemm is in use.
+// The bf16 tile products, forward and backward: -1 as the CPU suits (the brgemm ukernel where it multiplies bf16
+// natively), 0 fp32 on converted tiles, 1 the ukernel wherever torch's brgemm runs it; returns whether it is in use.
 bool ssa_set_bf16_brgemm(int64_t mode) {
   g_bf16_brgemm.store((int)mode);
   return bf16_brgemm();
 }
+
+// Whether bf16 tile products go through the ukernel now (the mode as set, torch's oneDNN switch, the probe).
+bool ssa_bf16_brgemm() { return bf16_brgemm(); }
 
 int64_t ssa_set_portable(bool portable) {
   g_portable.store(portable);
@@ -194,6 +197,7 @@ PYBIND11_MODULE(SSA_HF_NS, m) {
   m.def("vector_lanes", &ssa_vector_lanes);
   m.def("set_portable", &ssa_set_portable);
   m.def("set_bf16_brgemm", &ssa_set_bf16_brgemm);
+  m.def("bf16_brgemm", &ssa_bf16_brgemm);
   m.def("score_pass", &ssa_score_pass, py::call_guard<py::gil_scoped_release>());
   m.def("forward", &ssa_fused_forward, py::call_guard<py::gil_scoped_release>());
   m.def("backward", &ssa_fused_backward, py::call_guard<py::gil_scoped_release>());

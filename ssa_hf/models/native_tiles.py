@@ -277,4 +277,179 @@ inline void product_tn_add(int64_t R, int64_t C, int64_t ND, const float* a, int
   gemm(true, false, C, ND, R, 1.0f, a, lda, b, ND, 1.0f, out, ND);
 }
 
+
+// ---- bf16 tile products through oneDNN's brgemm ukernel ----
+// at::native::cpublas::brgemm with is_vnni runs oneDNN's brgemm ukernel (AMX tiles where the CPU has them,
+// AVX512-BF16 dot products elsewhere), bf16 x bf16 -> fp32, on a B operand in VNNI pairs: per block of up to 64
+// columns, [K/2][w][2] with w the block's width rounded up to 16 and K rounded up to even with zeros.  (Without
+// is_vnni torch falls back to its bf16 gemm, MKL's, which packs both operands on every call: 60-86 GFLOP/s on the
+// tile shapes against the ukernel's 175-217 at 1 thread on a Zen 4.)  Packed operands are uint32 words, one VNNI
+// pair each; A operands are rows of bf16 bits (uint16) or the bf16 inputs themselves, K even.
+constexpr int64_t kVnniBlock = 64;
+inline int64_t even(int64_t k) { return (k + 1) & ~int64_t(1); }
+inline int64_t vnni_width(int64_t n) { return (n + 15) / 16 * 16; }
+inline int64_t vnni_words(int64_t K, int64_t N) { return even(K) / 2 * vnni_width(N); }  // of a packed [K x N]
+
+// round to nearest even, for finite x (what this kernel rounds is finite: the torch path takes NaN/inf calls)
+inline uint32_t bf16_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+inline float bf16_value(uint32_t h) {
+  const uint32_t u = h << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// B [K x N] bf16 rows (stride ldb), packed: pairs along K
+inline void vnni_pack(const at::BFloat16* B, int64_t K, int64_t N, int64_t ldb, uint32_t* dst) {
+  const int64_t Ke = even(K);
+  for (int64_t n0 = 0; n0 < N; n0 += kVnniBlock) {
+    const int64_t nn = std::min(kVnniBlock, N - n0), w = vnni_width(nn);
+    for (int64_t k = 0; k < Ke; k += 2) {
+      uint32_t* o = dst + n0 * Ke / 2 + (k / 2) * w;
+      const at::BFloat16* r0 = B + k * ldb + n0;
+      if (k + 1 < K) {
+        const at::BFloat16* r1 = r0 + ldb;
+#pragma omp simd
+        for (int64_t c = 0; c < nn; ++c) o[c] = (uint32_t)r0[c].x | ((uint32_t)r1[c].x << 16);
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < nn; ++c) o[c] = (uint32_t)r0[c].x;
+      }
+      std::fill(o + nn, o + w, 0u);
+    }
+  }
+}
+
+// B = S^T for S [N x K] bf16 rows (stride lds), K even, packed: each pair is one 32-bit word of a row of S, so the
+// packing is a transpose of 32-bit words (at::vec's float transpose moves them bit for bit)
+inline void vnni_pack_t(const at::BFloat16* S, int64_t N, int64_t K, int64_t lds, uint32_t* dst) {
+  const int64_t P2 = K / 2;
+  for (int64_t n0 = 0; n0 < N; n0 += kVnniBlock) {
+    const int64_t nn = std::min(kVnniBlock, N - n0), w = vnni_width(nn);
+    uint32_t* blk = dst + n0 * P2;
+    at::vec::transpose_mxn<float>(reinterpret_cast<const float*>(S + n0 * lds), lds / 2,
+                                  reinterpret_cast<float*>(blk), w, (int)nn, (int)P2);
+    if (nn < w)
+      for (int64_t p = 0; p < P2; ++p) std::fill(blk + p * w + nn, blk + p * w + w, 0u);
+  }
+}
+
+// fp32 rows r0 and r1 (zeros for r1 = nullptr) rounded to bf16 as pair p of a packed [Ke x N] operand hi; with
+// LO the rounding remainders (x - hi, rounded) as the same pair of lo, so that hi + lo carries 16 bits of x's
+// mantissa.  Called right after the rows' pass, while they are in L1.
+template <bool LO>
+inline void vnni_pack_f32_pair(const float* r0, const float* r1, int64_t N, int64_t Ke, int64_t p, uint32_t* hi,
+                               uint32_t* lo) {
+  const float* r1s = r1 ? r1 : r0;
+  const uint32_t keep = r1 ? 0xFFFFu : 0u;
+  for (int64_t n0 = 0; n0 < N; n0 += kVnniBlock) {
+    const int64_t nn = std::min(kVnniBlock, N - n0), w = vnni_width(nn);
+    const int64_t off = n0 * Ke / 2 + p * w;
+    uint32_t* h = hi + off;
+    uint32_t* l = LO ? lo + off : nullptr;
+    const float *x0 = r0 + n0, *x1 = r1s + n0;
+#pragma omp simd
+    for (int64_t c = 0; c < nn; ++c) {
+      const uint32_t a = bf16_bits(x0[c]), b = bf16_bits(x1[c]) & keep;
+      h[c] = a | (b << 16);
+      if constexpr (LO) {
+        const uint32_t la = bf16_bits(x0[c] - bf16_value(a)), lb = bf16_bits(x1[c] - bf16_value(b)) & keep;
+        l[c] = la | (lb << 16);
+      }
+    }
+    std::fill(h + nn, h + w, 0u);
+    if constexpr (LO) std::fill(l + nn, l + w, 0u);
+  }
+}
+
+// rows of X [M x K] fp32 (stride ldx) rounded to bf16 [M x even(K)] (stride ld, a zero column where K is odd);
+// with LO the remainders as well
+template <bool LO>
+inline void round_rows(const float* X, int64_t M, int64_t K, int64_t ldx, at::BFloat16* hi, at::BFloat16* lo,
+                       int64_t ld) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* x = X + m * ldx;
+    at::BFloat16* h = hi + m * ld;
+    at::BFloat16* l = LO ? lo + m * ld : nullptr;
+#pragma omp simd
+    for (int64_t c = 0; c < K; ++c) {
+      const uint32_t a = bf16_bits(x[c]);
+      h[c].x = (uint16_t)a;
+      if constexpr (LO) l[c].x = (uint16_t)bf16_bits(x[c] - bf16_value(a));
+    }
+    if (K % 2) {
+      h[K].x = 0;
+      if constexpr (LO) l[K].x = 0;
+    }
+  }
+}
+
+// dst [D x even(R)] (stride ldd) = src [R x D]^T (bf16 rows, stride lds), a zero column where R is odd: at::vec's
+// 32 x 32 block transposes (AVX-512 shuffles; a scalar loop elsewhere)
+inline void transpose_rows_bf16(const at::BFloat16* src, int64_t R, int64_t D, int64_t lds, at::BFloat16* dst,
+                                int64_t ldd) {
+  for (int64_t r0 = 0; r0 < R; r0 += 32)
+    for (int64_t d0 = 0; d0 < D; d0 += 32)
+      at::vec::transpose_mxn<at::BFloat16>(src + r0 * lds + d0, lds, dst + d0 * ldd + r0, ldd,
+                                           (int)std::min<int64_t>(32, R - r0), (int)std::min<int64_t>(32, D - d0));
+  if (R % 2)
+    for (int64_t d = 0; d < D; ++d) dst[d * ldd + R].x = 0;
+}
+
+// C[M x N] (+)= A[M x K] B for A bf16 rows (stride lda, even(K) wide, zero past K) and B packed by the above
+inline void gemm_vnni(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, const uint32_t* B, bool add,
+                      float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    if (!add)
+      for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
+    return;
+  }
+  const int64_t Ke = even(K);
+  const auto* a = static_cast<const at::BFloat16*>(A);
+  for (int64_t n0 = 0; n0 < N; n0 += kVnniBlock) {
+    const int64_t nn = std::min(kVnniBlock, N - n0);
+    at::native::cpublas::brgemm(M, nn, Ke, lda, vnni_width(nn), ldc, add, a,
+                                reinterpret_cast<const at::BFloat16*>(B + n0 * Ke / 2), C + n0, /*is_vnni=*/true);
+  }
+  t_ukernel_used = true;
+}
+
+// Whether this torch's brgemm takes the packing above here: a 3 x 70 x 6 product (a full and a tail column block)
+// and its sum against their exact values, once (false without torch's ukernel or AVX-512, or if a oneDNN changed
+// the layout; then the fp32 products run).  Asked again while torch's oneDNN is off.
+bool vnni_ukernel_works() {
+  static std::atomic<int> state{-1};
+  const int known = state.load(std::memory_order_relaxed);
+  if (known >= 0) return known == 1;
+  if (!at::globalContext().userEnabledMkldnn()) return false;
+  constexpr int64_t M = 3, K = 6, N = 70;
+  bool ok = true;
+  try {
+    std::vector<at::BFloat16> A(M * K), B(K * N);
+    for (int64_t i = 0; i < M * K; ++i) A[i] = at::BFloat16((float)(i % 5) - 2.0f);
+    for (int64_t i = 0; i < K * N; ++i) B[i] = at::BFloat16((float)(i % 7) - 3.0f);
+    std::vector<uint32_t> packed(vnni_words(K, N));
+    vnni_pack(B.data(), K, N, N, packed.data());
+    std::vector<float> C(M * N, 7.0f);
+    gemm_vnni(M, N, K, A.data(), K, packed.data(), false, C.data(), N);
+    gemm_vnni(M, N, K, A.data(), K, packed.data(), true, C.data(), N);
+    at::native::cpublas::brgemm_release(true);
+    t_ukernel_used = false;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        float want = 0.0f;
+        for (int64_t k = 0; k < K; ++k) want += (float)A[i * K + k] * (float)B[k * N + j];
+        ok = ok && C[i * N + j] == 2.0f * want;
+      }
+  } catch (...) {
+    ok = false;
+  }
+  state.store(ok ? 1 : 0);
+  return ok;
+}
 """

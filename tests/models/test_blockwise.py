@@ -256,6 +256,75 @@ def test_small_head_dims(D, Dv, dtype):
             assert (got.grad.float() - want.grad).abs().max().item() <= 2 * tol * want.grad.abs().max().item()
 
 
+def _cpu_has_bf16_ukernel():
+    """Whether torch's brgemm runs oneDNN's bf16 ukernel here (AVX-512 x86 with torch's oneDNN): forcing it on
+    reports so."""
+    ops = native.load_kernels()
+    try:
+        return ops is not None and ops.set_bf16_brgemm(1)
+    finally:
+        if ops is not None:
+            ops.set_bf16_brgemm(-1)
+
+
+@pytest.mark.parametrize("D, Dv", [(32, 32), (64, 48), (64, 96), (34, 40)])
+def test_bf16_ukernel_tiles(D, Dv, kernel):
+    """bf16 through the brgemm ukernel (forced on, native and portable passes): VNNI packing of K^T, V, K, Q^T,
+    dO^T, P (hi + lo) and dS with odd key tiles (70 = a 64-column block and a 6-wide tail, then 13) and odd query
+    blocks (40, 40, 3), value widths other than D (48; 96 = two column blocks), grouped-query heads, causal, and a
+    padding mask with a fully masked query row, against the float64 oracle on the same rounded inputs: within
+    bf16's tolerance, and no further from it than 1.5x the fp32-tile path's error (plus bf16's rounding of one
+    output step), forward and every input gradient."""
+    if kernel == "torch" or not _cpu_has_bf16_ukernel():
+        pytest.skip("the ukernel is the fused kernel's, on x86 CPUs with AVX-512 and torch's oneDNN")
+    ops = native.load_kernels()
+    B, H, Hkv, L = 2, 4, 2, 83
+    q, k, _, b, n = _inputs(B, H, Hkv, L, L, D, seed=60 + D, big=1.0)
+    v = torch.randn(B, Hkv, L, Dv, generator=torch.Generator().manual_seed(61 + Dv))
+    mask = _padding_mask(B, L, L, seed=60, side="right")
+    mask[1, :, 7] = False  # query row 7 of batch 1 sees no key
+    q, k, v = (t.bfloat16() for t in (q, k, v))
+    dout = torch.randn(B, H, L, Dv, generator=torch.Generator().manual_seed(62), dtype=torch.float64)
+    for is_causal, attn_mask in ((True, None), (False, mask)):
+        leaves = [t.double().requires_grad_(True) for t in (q, k, v)]
+        ref = reference_attention(*leaves, b.double(), n.double(), attn_mask=attn_mask, is_causal=is_causal)
+        (torch.nan_to_num(ref) * dout).sum().backward()
+        want = [torch.nan_to_num(ref.detach())] + [t.grad for t in leaves]
+        errors = {}
+        for mode in (0, 1):
+            assert ops.set_bf16_brgemm(mode) == bool(mode)
+            got = [t.clone().requires_grad_(True) for t in (q, k, v)]
+            out = blockwise_attention(*got, b, n, attn_mask=attn_mask, is_causal=is_causal, block_size=(40, 70))
+            (out.double() * dout).sum().backward()
+            results = [out.detach()] + [t.grad for t in got]
+            assert all(r.dtype == torch.bfloat16 and torch.isfinite(r).all() for r in results)
+            errors[mode] = [(r.double() - w).abs().max().item() for r, w in zip(results, want)]
+        ops.set_bf16_brgemm(-1)
+        for name, w, e_uk, e_tiles in zip(("out", "dq", "dk", "dv"), want, errors[1], errors[0]):
+            scale = w.abs().max().item()
+            assert e_uk <= 3e-2 * scale, f"{name}: ukernel error {e_uk:.3g} at scale {scale:.3g}"
+            assert e_uk <= 1.5 * e_tiles + 2 ** -8 * scale, f"{name}: ukernel {e_uk:.3g} vs fp32 tiles {e_tiles:.3g}"
+
+
+def test_bf16_ukernel_follows_torchs_onednn_switch(kernel):
+    """With torch.backends.mkldnn off (torch's brgemm then refuses VNNI operands) the ukernel is not used even when
+    forced, and bf16 attention still runs (fp32 tiles) and matches the oracle; on again, it is used again."""
+    if kernel == "torch" or not _cpu_has_bf16_ukernel():
+        pytest.skip("the ukernel is the fused kernel's, on x86 CPUs with AVX-512 and torch's oneDNN")
+    ops = native.load_kernels()
+    q, k, v, b, n = (t.bfloat16() if t.dim() == 4 else t for t in _inputs(1, 4, 4, 64, 64, 32, seed=63, big=1.0))
+    ref = reference_attention(q.double(), k.double(), v.double(), b.double(), n.double(), is_causal=True)
+    try:
+        with torch.backends.mkldnn.flags(enabled=False):
+            assert ops.set_bf16_brgemm(1) is False and ops.bf16_brgemm() is False
+            with torch.no_grad():
+                out = blockwise_attention(q, k, v, b, n, is_causal=True, block_size=32)
+        torch.testing.assert_close(out.double(), ref, rtol=2e-2, atol=2e-2)
+        assert ops.set_bf16_brgemm(1) is True
+    finally:
+        ops.set_bf16_brgemm(-1)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("D", [5, 40, 72])
 def test_decoding_rows_every_head_dim(D, dtype):
