@@ -419,33 +419,40 @@ inline void gemm_vnni(int64_t M, int64_t N, int64_t K, const void* A, int64_t ld
   t_ukernel_used = true;
 }
 
-// Whether this torch's brgemm takes the packing above here: a 3 x 70 x 6 product (a full and a tail column block)
-// and its sum against their exact values, once (false without torch's ukernel or AVX-512, or if a oneDNN changed
-// the layout; then the fp32 products run).  Asked again while torch's oneDNN is off.
+// One probe product C = A B, then C += A B, against the exact values (small integers: exact in bf16 and fp32).
+inline bool vnni_probe_product(int64_t M, int64_t N, int64_t K) {
+  std::vector<at::BFloat16> A(M * K), B(K * N);
+  for (int64_t i = 0; i < M * K; ++i) A[i] = at::BFloat16((float)(i % 5) - 2.0f);
+  for (int64_t i = 0; i < K * N; ++i) B[i] = at::BFloat16((float)(i % 7) - 3.0f);
+  std::vector<uint32_t> packed(vnni_words(K, N));
+  vnni_pack(B.data(), K, N, N, packed.data());
+  std::vector<float> C(M * N, 7.0f);
+  gemm_vnni(M, N, K, A.data(), even(K), packed.data(), false, C.data(), N);
+  gemm_vnni(M, N, K, A.data(), even(K), packed.data(), true, C.data(), N);
+  bool ok = true;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float want = 0.0f;
+      for (int64_t k = 0; k < K; ++k) want += (float)A[i * K + k] * (float)B[k * N + j];
+      ok = ok && C[i * N + j] == 2.0f * want;
+    }
+  return ok;
+}
+
+// Whether this torch's brgemm takes the packing above here: products with a full and a 6-wide tail column block
+// (operand stride 16), a 40-wide block (stride 48), odd row counts and reduction lengths of 6 and 14, once (false
+// without torch's ukernel or AVX-512, or if a oneDNN changed the layout; then the fp32 products run).  Asked again
+// while torch's oneDNN is off.
 bool vnni_ukernel_works() {
   static std::atomic<int> state{-1};
   const int known = state.load(std::memory_order_relaxed);
   if (known >= 0) return known == 1;
   if (!at::globalContext().userEnabledMkldnn()) return false;
-  constexpr int64_t M = 3, K = 6, N = 70;
-  bool ok = true;
+  bool ok;
   try {
-    std::vector<at::BFloat16> A(M * K), B(K * N);
-    for (int64_t i = 0; i < M * K; ++i) A[i] = at::BFloat16((float)(i % 5) - 2.0f);
-    for (int64_t i = 0; i < K * N; ++i) B[i] = at::BFloat16((float)(i % 7) - 3.0f);
-    std::vector<uint32_t> packed(vnni_words(K, N));
-    vnni_pack(B.data(), K, N, N, packed.data());
-    std::vector<float> C(M * N, 7.0f);
-    gemm_vnni(M, N, K, A.data(), K, packed.data(), false, C.data(), N);
-    gemm_vnni(M, N, K, A.data(), K, packed.data(), true, C.data(), N);
+    ok = vnni_probe_product(3, 70, 6) && vnni_probe_product(17, 40, 14);
     at::native::cpublas::brgemm_release(true);
     t_ukernel_used = false;
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) {
-        float want = 0.0f;
-        for (int64_t k = 0; k < K; ++k) want += (float)A[i * K + k] * (float)B[k * N + j];
-        ok = ok && C[i * N + j] == 2.0f * want;
-      }
   } catch (...) {
     ok = false;
   }
