@@ -1,6 +1,6 @@
 """C++ source of the fused CPU kernel, part 3 of 4: the per-item row bounds, the forward and backward kernels over (batch, key/value head, block) work items, and the Problem they
 read from the tensors (part 3 closes the anonymous namespace part 1 opens).  native_math.py is part 1,
-native_tiles.py part 2 (the small-head-dim tile products), native_ops.py part 4 (the entry points and the Python
+native_tiles.py part 2 (the small-head-dim and bf16 ukernel tile products), native_ops.py part 4 (the entry points and the Python
 bindings); native.py joins and builds them.  Part of the remote-code unit (a string, no imports)."""
 
 KERNEL_SOURCE = r"""

@@ -1,6 +1,6 @@
 """C++ source of the fused CPU kernel, part 1 of 4: BLAS tile products, the vectorised log/exp and SSA's g(s),
-the per-row passes of forward and backward, the parallel driver.  Part 2 (native_tiles.py) holds the decoding steps'
-and small head dims' products, part 3 (native_kernels.py) the forward and backward kernels, part 4 (native_ops.py) their entry points
+the per-row passes of forward and backward, the parallel driver.  Part 2 (native_tiles.py) holds the decoding steps',
+small head dims' and bf16 ukernel products, part 3 (native_kernels.py) the forward and backward kernels, part 4 (native_ops.py) their entry points
 and Python bindings; native.py joins the four (part 1 opens the anonymous namespace that part 3 closes) and builds
 them.  Part of the remote-code unit (a string, no imports)."""
 

@@ -1,6 +1,8 @@
-"""C++ source of the fused CPU kernel, part 2 of 4: the small products sgemm is slow at, as the kernel's own
-at::vec loops (scalar loops or sgemm on the portable path): the decoding steps' few-row products, and the tile
-products for head dims of 4, 8 and 16 with the dispatch between them and sgemm.  native_math.py is part 1 (it
+"""C++ source of the fused CPU kernel, part 2 of 4: tile products other than fp32 sgemm.  The small products sgemm
+is slow at, as the kernel's own at::vec loops (scalar loops or sgemm on the portable path): the decoding steps'
+few-row products, and the tile products for head dims of 4, 8 and 16 with the dispatch between them and sgemm.
+bf16 products through oneDNN's brgemm ukernel: the VNNI packing of their operands, the call, and the probe that
+decides whether torch's brgemm takes them.  native_math.py is part 1 (it
 opens the anonymous namespace these live in), native_kernels.py part 3, native_ops.py part 4; native.py joins and
 builds them.  Part of the remote-code unit (a string, no imports)."""
 
