@@ -4,8 +4,8 @@
 Cells: for each sequence length L and mode, SDPA softmax (the baseline) and every backend of ssa-hf's registry
 (`ssa_hf.BACKENDS`) for each scoring function (default softmax, ssa, linear, cosformer; a backend that cannot run
 a cell says why in the table), plus `blockwise-direct` (the blockwise kernel called with is_causal=True, no mask)
-and `blockwise-tiles` (the same with bf16 tile products forced onto fp32 sgemm on converted tiles: the A/B of the
-bf16 brgemm ukernel where the CPU picks it; float32 runs the same code as blockwise-direct).
+and `blockwise-tiles` (the same with the tile products forced off oneDNN's brgemm ukernel: float32 on MKL's sgemm
+and the small-head-dim loops, bf16 on sgemm of converted tiles; the A/B of the ukernel where the CPU picks it).
 Modes: `fwd` (no grad), `fwd+bwd` (gradients for q, k, v and for SSA's b, n), both causal unless `--no-causal`,
 and `decode` (one query token against a KV cache of L keys, no grad, no mask).
 
@@ -139,14 +139,16 @@ def _make_call(cell: dict, variant: str, scoring: str):
 
         ops, plain = native.load_kernels(), call
 
-        def call():  # forward and backward on the fp32 tiles; other variants timed alternately keep the default
+        def call():  # forward and backward off the ukernel; other variants timed alternately keep the default
             if ops is not None:
                 ops.set_bf16_brgemm(0)
+                ops.set_f32_brgemm(0)
             try:
                 return plain()
             finally:
                 if ops is not None:
                     ops.set_bf16_brgemm(-1)
+                    ops.set_f32_brgemm(-1)
 
     return call, leaves
 
@@ -283,7 +285,7 @@ def cpu_description() -> dict:
                 flags |= set(value.split())
     except OSError:
         pass
-    lanes = bf16_products = None
+    lanes = bf16_products = f32_products = None
     try:
         from ssa_hf.models import native
 
@@ -291,10 +293,11 @@ def cpu_description() -> dict:
         if ops is not None:
             lanes = ops.vector_lanes()
             bf16_products = "brgemm ukernel" if ops.bf16_brgemm() else "fp32 sgemm on converted tiles"
+            f32_products = "brgemm" if ops.f32_brgemm() else "sgemm"
     except Exception:  # the description is informative only
         pass
     return {"model": model, "features": [f for f in VECTOR_FEATURES if f in flags], "kernel_vector_lanes": lanes,
-            "kernel_bf16_products": bf16_products}
+            "kernel_bf16_products": bf16_products, "kernel_f32_products": f32_products}
 
 
 def gemm_peak_gflops(dtype_name: str, threads: int, size: int = 2048, seconds: float = 3.0) -> float:
@@ -500,7 +503,7 @@ def main(argv=None) -> int:
 
     _add_shares(rows, peaks, base_cell)
     machine = {"cpu": cpu["model"], "cpu_features": cpu["features"], "kernel_vector_lanes": cpu["kernel_vector_lanes"],
-               "kernel_bf16_products": cpu["kernel_bf16_products"],
+               "kernel_bf16_products": cpu["kernel_bf16_products"], "kernel_f32_products": cpu["kernel_f32_products"],
                "gemm_peak_gflops": peaks, "cores": os.cpu_count(), "threads": args.threads,
                "torch": torch.__version__, "python": platform.python_version(), "isa": args.isa,
                "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "isa_env": isa_env,
@@ -510,8 +513,8 @@ def main(argv=None) -> int:
                "busy_before": busy_before, "load": args.load, "busy_after": busy_fraction(), "wall_s": round(time.perf_counter() - started, 1)}
     text = paired_table(rows) if args.load else table(rows)
     Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows, "table": text}, indent=2) + "\n")
-    print(f"\n{cpu['model']} ({' '.join(cpu['features'])}; kernel vector lanes {cpu['kernel_vector_lanes']}, bf16 "
-          f"tile products {cpu['kernel_bf16_products']}); GEMM peak "
+    print(f"\n{cpu['model']} ({' '.join(cpu['features'])}; kernel vector lanes {cpu['kernel_vector_lanes']}; tile "
+          f"products: float32 {cpu['kernel_f32_products']}, bf16 {cpu['kernel_bf16_products']}); GEMM peak "
           + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()))
     print(f"build: --isa {args.isa} (torch CPU capability {machine['torch_cpu_capability']}"
           + (f"; {' '.join(f'{k}={v}' for k, v in isa_env.items())}" if isa_env else "") + ")")

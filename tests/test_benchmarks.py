@@ -47,13 +47,14 @@ def test_bench_attention_float16_non_causal(tmp_path):
 
 
 def test_bench_attention_bf16_ukernel_beside_its_fp32_tiles(tmp_path):
-    """bf16 cells of the blockwise kernel as the CPU picks its tile products and forced onto fp32 tiles (the A/B of
-    the brgemm ukernel), with the pick recorded."""
+    """bf16 cells of the blockwise kernel as the CPU picks its tile products and forced off the brgemm ukernel
+    (its A/B), with the picks recorded."""
     rows = _run("bench_attention.py", "--lengths", "64", "--modes", "fwd+bwd", "--variants",
                 "blockwise-direct ssa", "blockwise-tiles ssa", "--repeats", "1", "--warmup", "1", "--head-dim", "32",
                 "--dtype", "bfloat16", tmp_path=tmp_path)
     machine = json.loads((tmp_path / "bench.json").read_text())["machine"]
     assert machine["kernel_bf16_products"] in ("brgemm ukernel", "fp32 sgemm on converted tiles")
+    assert machine["kernel_f32_products"] in ("brgemm", "sgemm")
     assert {r["variant"] for r in rows} == {"sdpa softmax", "blockwise-direct ssa", "blockwise-tiles ssa"}
     for row in rows:
         assert "error" not in row, row

@@ -46,6 +46,11 @@ inline bool bf16_ukernel(const Problem& P) {
          bf16_brgemm();
 }
 
+// float32 tile products through the ukernel (f32_brgemm) at every head dim: at 1 x 4 x 1024 it measured 0.87-1.01x
+// the small-head-dim loops' time at D = 4, 0.83-0.92x at D = 8, 0.30-0.42x sgemm's at D = 5 (those loops and
+// sgemm run where the ukernel does not)
+inline bool f32_ukernel(const Problem& P) { return P.dtype == at::kFloat && f32_brgemm(); }
+
 // T: the element type of q, k, v and out: float; at::BFloat16 (tile products bf16 x bf16 -> fp32 through the
 // ukernel where bf16_brgemm(), else as at::Half); or at::Half (the item's query rows and each key tile converted
 // to fp32 for sgemm: CPUs without AVX512-FP16 or AMX-FP16 have no fp16 dot product, and brgemm's fp16 fallback
@@ -70,7 +75,9 @@ struct Forward {
     std::vector<float> vtt;        // a value tile transposed ([Dv x bk]) where P V reads it so (small_nn_form)
     std::vector<uint32_t> kT, vN;  // the ukernel: K^T and V tiles packed
     std::vector<at::BFloat16> ph, pl;  // the ukernel: P's rows as bf16 hi and lo parts
+    std::vector<float> kTf;            // the fp32 ukernel: a key tile transposed ([D x bk])
     explicit Scratch(const Forward& f) {
+      if (f32_ukernel(f.P)) kTf.resize(f.P.D * f.P.bk);
       if (small_nn_form(f.P.Dv) == 1) vtt.resize(f.P.Dv * f.P.bk);
       const int64_t rows = f.P.G * f.P.bq;
       q.resize(rows * f.P.D); s.resize(rows * f.P.bk); acc.resize(rows * f.P.Dv);
@@ -110,7 +117,7 @@ struct Forward {
       const int64_t h = hk * P.G + g;
       std::memcpy(w.q.data() + g * R * P.D, qp() + ((bi * P.H + h) * P.Lq + i0) * P.D, sizeof(T) * R * P.D);
     }
-    const bool uk = ukernel(), uk_pv = uk && rows > kFewRows;
+    const bool uk = ukernel(), uk_pv = uk && rows > kFewRows, ukf = f32_ukernel(P);
     if (kReduced && !uk) at::vec::convert(w.q.data(), w.qf.data(), rows * P.D);
     // Rows whose bound is small enough use it as a fixed offset (no running maximum); computed here, inside the
     // call's one parallel region, since every barrier costs a scheduler slice on a busy machine
@@ -139,6 +146,11 @@ struct Forward {
         } else {
           at::vec::convert(kb + j0 * P.D, w.kf.data(), C * P.D);
           gemm(false, true, rows, C, P.D, 1.0f, w.qf.data(), P.D, w.kf.data(), P.D, 0.0f, S, P.bk);
+        }
+      } else if (ukf) {
+        if constexpr (std::is_same_v<T, float>) {
+          transpose_f32(kb + j0 * P.D, C, P.D, P.D, w.kTf.data(), P.bk);
+          gemm_f32_brgemm(rows, C, P.D, w.q.data(), P.D, w.kTf.data(), P.bk, false, S, P.bk);
         }
       } else {
         gemm(false, true, rows, C, P.D, 1.0f, w.q.data(), P.D, kb + j0 * P.D, P.D, 0.0f, S, P.bk);
@@ -193,6 +205,9 @@ struct Forward {
           gemm_vnni(rows, P.Dv, C, w.ph.data(), Ce, w.vN.data(), !first, w.acc.data(), P.Dv);
           if (kSplitP) gemm_vnni(rows, P.Dv, C, w.pl.data(), Ce, w.vN.data(), true, w.acc.data(), P.Dv);
         }
+      } else if (ukf) {
+        if constexpr (std::is_same_v<T, float>)
+          gemm_f32_brgemm(rows, P.Dv, C, S, P.bk, vb + j0 * P.Dv, P.Dv, !first, w.acc.data(), P.Dv);
       } else {
         const float* vt;
         if constexpr (kReduced) {
@@ -273,8 +288,13 @@ struct Backward {
     std::vector<uint32_t> kT, vT, kN, pph, ppl, dsp;
     std::vector<at::BFloat16> qT, doT, ds16;
     std::vector<float> dkT, dvT;
+    std::vector<float> kTf, vTf, qTf, doTf;  // the fp32 ukernel: K^T, V^T of a key tile, Q^T, dO^T of a query block
     explicit Scratch(const Backward& f) {
       const int64_t D = f.P.D, Dv = f.P.Dv, bq = f.P.bq, bk = f.P.bk;
+      if (f32_ukernel(f.P)) {
+        kTf.resize(D * bk); vTf.resize(Dv * bk); qTf.resize(D * bq); doTf.resize(Dv * bq);
+        dkT.resize(D * bk); dvT.resize(Dv * bk);
+      }
       if (f.ukernel()) {
         kT.resize(vnni_words(D, bk)); vT.resize(vnni_words(Dv, bk)); kN.resize(vnni_words(bk, D));
         pph.resize(vnni_words(bq, bk)); if (kSplitP) ppl.resize(vnni_words(bq, bk)); dsp.resize(vnni_words(bq, bk));
@@ -426,6 +446,17 @@ struct Backward {
     }
   }
 
+  // the fp32 ukernel's gradient products for a query block of R rows (qt, dot: its q, dout rows; kt: the key
+  // tile; P and dS in the scratch's s, dp), as the bf16 ones: dV^T += dO^T P, dK^T += Q^T dS, dQ += dS K
+  void grads_f32_ukernel(int64_t R, int64_t C, const float* qt, const float* dot, const float* kt, float* dqt,
+                         Scratch& w) const {
+    transpose_f32(dot, R, P.Dv, P.Dv, w.doTf.data(), P.bq);
+    gemm_f32_brgemm(P.Dv, C, R, w.doTf.data(), P.bq, w.s.data(), P.bk, true, w.dvT.data(), P.bk);
+    transpose_f32(qt, R, P.D, P.D, w.qTf.data(), P.bq);
+    gemm_f32_brgemm(P.D, C, R, w.qTf.data(), P.bq, w.dp.data(), P.bk, true, w.dkT.data(), P.bk);
+    gemm_f32_brgemm(R, P.D, C, w.dp.data(), P.bk, kt, P.D, true, dqt, P.D);
+  }
+
   // the key blocks [jb0, jb1) of (batch bi, kv head hk): dk, dv rows from j0k on in dkr, dvr; the G heads' dq in dqg
   void run(int64_t c, int64_t bi, int64_t hk, int64_t jb0, int64_t jb1, int64_t j0k, float* dkr, float* dvr,
            float* dqg, Scratch& w) const {
@@ -434,7 +465,7 @@ struct Backward {
     const T* vb = P.v<T>() + bhk * P.Lk * P.Dv;
     float* S = w.s.data();
     float* dP = w.dp.data();
-    const bool uk = ukernel();
+    const bool uk = ukernel(), ukf = f32_ukernel(P);
     for (int64_t jb = jb0; jb < jb1; ++jb) {
       const int64_t j0 = jb * P.bk, C = std::min(P.bk, P.Lk - j0);
       const float *kt = nullptr, *vt = nullptr, *ktt = nullptr;
@@ -449,7 +480,12 @@ struct Backward {
       } else {
         kt = as_float(kb + j0 * P.D, w.kf.data(), C * P.D);
         vt = as_float(vb + j0 * P.Dv, w.vf.data(), C * P.Dv);
-        if (small_nn_form(P.D) == 1) {
+        if (ukf) {  // K^T, V^T as the B operands of Q K^T and dO V^T
+          transpose_f32(kt, C, P.D, P.D, w.kTf.data(), P.bk);
+          transpose_f32(vt, C, P.Dv, P.Dv, w.vTf.data(), P.bk);
+          std::fill(w.dkT.begin(), w.dkT.end(), 0.0f);
+          std::fill(w.dvT.begin(), w.dvT.end(), 0.0f);
+        } else if (small_nn_form(P.D) == 1) {
           transpose_tile(kt, C, P.D, w.kt.data(), P.bk);
           ktt = w.kt.data();
         }
@@ -474,8 +510,13 @@ struct Backward {
           } else {
             qt = as_float(qb, w.qf.data(), R * P.D);
             dot = as_float(dob, w.dof.data(), R * P.Dv);
-            gemm(false, true, R, C, P.D, 1.0f, qt, P.D, kt, P.D, 0.0f, S, P.bk);
-            gemm(false, true, R, C, P.Dv, 1.0f, dot, P.Dv, vt, P.Dv, 0.0f, dP, P.bk);
+            if (ukf) {
+              gemm_f32_brgemm(R, C, P.D, qt, P.D, w.kTf.data(), P.bk, false, S, P.bk);
+              gemm_f32_brgemm(R, C, P.Dv, dot, P.Dv, w.vTf.data(), P.bk, false, dP, P.bk);
+            } else {
+              gemm(false, true, R, C, P.D, 1.0f, qt, P.D, kt, P.D, 0.0f, S, P.bk);
+              gemm(false, true, R, C, P.Dv, 1.0f, dot, P.Dv, vt, P.Dv, 0.0f, dP, P.bk);
+            }
           }
           if (uk) {
             if (pass_and_pack(bi, h, bh, i0, R, j0, C, b, n, w.delta.data() + g * P.Lq, &dn_acc, w))
@@ -483,13 +524,17 @@ struct Backward {
             continue;
           }
           if (!row_pass(bi, h, bh, i0, R, j0, C, b, n, w.delta.data() + g * P.Lq, S, dP, &dn_acc)) continue;
+          if (ukf) {
+            grads_f32_ukernel(R, C, qt, dot, kt, dqh + i0 * P.D, w);
+            continue;
+          }
           product_tn_add(R, C, P.Dv, S, P.bk, dot, dvt);
           product_tn_add(R, C, P.D, dP, P.bk, qt, dkt);
           product_nn(R, C, P.D, dP, P.bk, kt, ktt, P.bk, true, dqh + i0 * P.D, P.D);
         }
         if (dn) dn[c * P.B * P.H + bh] += dn_acc;
       }
-      if (uk)  // the tile's dK^T, dV^T sums into its rows of dk, dv
+      if (uk || ukf)  // the tile's dK^T, dV^T sums into its rows of dk, dv
         for (int64_t cc = 0; cc < C; ++cc) {
           for (int64_t d = 0; d < P.D; ++d) dkt[cc * P.D + d] += w.dkT[d * P.bk + cc];
           for (int64_t d = 0; d < P.Dv; ++d) dvt[cc * P.Dv + d] += w.dvT[d * P.bk + cc];
@@ -547,40 +592,6 @@ struct Backward {
     }
   }
 };
-
-Problem make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& b,
-                     const at::Tensor& n, const c10::optional<at::Tensor>& mask, bool causal, double scale,
-                     int64_t bq, int64_t bk) {
-  const auto dt = q.scalar_type();
-  TORCH_CHECK((dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf) && k.scalar_type() == dt &&
-              v.scalar_type() == dt, "ssa_hf fused kernel: q, k, v of one dtype, float32, bfloat16 or float16");
-  TORCH_CHECK(b.numel() == 0 || (b.scalar_type() == at::kFloat && n.scalar_type() == at::kFloat),
-              "ssa_hf fused kernel: float32 b and n expected");
-  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "ssa_hf fused kernel: contiguous inputs expected");
-  Problem P{};
-  P.qx = q.data_ptr(); P.kx = k.data_ptr(); P.vx = v.data_ptr();
-  P.dtype = dt;
-  P.B = q.size(0); P.H = q.size(1); P.Lq = q.size(2); P.D = q.size(3);
-  P.Hkv = k.size(1); P.Lk = k.size(2); P.Dv = v.size(3); P.G = P.H / P.Hkv;
-  const bool ssa = b.numel() > 0;
-  P.b = ssa ? b.data_ptr<float>() : nullptr;
-  P.n = ssa ? n.data_ptr<float>() : nullptr;
-  P.scale = (float)scale;
-  P.causal = causal;
-  if (mask.has_value()) {
-    const at::Tensor& m = *mask;
-    TORCH_CHECK(m.scalar_type() == at::kBool && m.dim() == 4, "ssa_hf fused kernel: 4-D bool mask expected");
-    TORCH_CHECK(m.stride(3) == 0 || m.stride(3) == 1, "ssa_hf fused kernel: mask rows must be contiguous");
-    P.mask = reinterpret_cast<const uint8_t*>(m.data_ptr<bool>());
-    P.msb = m.size(0) == 1 ? 0 : m.stride(0);
-    P.msh = m.size(1) == 1 ? 0 : m.stride(1);
-    P.msi = m.size(2) == 1 ? 0 : m.stride(2);
-    P.msj = m.size(3) == 1 ? 0 : m.stride(3);
-  }
-  P.bq = std::max<int64_t>(1, std::min(bq, P.Lq));
-  P.bk = std::max<int64_t>(1, std::min(bk, P.Lk));
-  return P;
-}
 
 }  // namespace
 """

@@ -481,32 +481,6 @@ inline bool vector_path() {
 #endif
 }
 
-// How bf16 tile products run: 1 through oneDNN's brgemm ukernel on VNNI-packed operands (native_tiles.py,
-// `gemm_vnni`; AMX tiles where the CPU has them, AVX512-BF16 dot products elsewhere), 0 as fp32 sgemm on
-// converted tiles.  -1 (default): the ukernel where the CPU multiplies bf16 natively (AVX512-BF16 or AMX-BF16, by
-// cpuid), torch's oneDNN is enabled and the probe passes; forcing 1 still needs the last two (tests run both).
-std::atomic<int> g_bf16_brgemm{-1};
-bool vnni_ukernel_works();  // native_tiles.py: the once-run probe
-
-inline bool cpu_multiplies_bf16() {
-#if defined(__GNUC__) && defined(__x86_64__)
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  const bool avx512_bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
-  const bool amx_bf16 = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22));
-  return avx512_bf16 || amx_bf16;
-#else
-  return false;
-#endif
-}
-
-inline bool bf16_brgemm() {
-  const int mode = g_bf16_brgemm.load(std::memory_order_relaxed);
-  // torch.backends.mkldnn.enabled = False turns torch's ukernel off, and brgemm would then refuse VNNI operands
-  if (mode == 0 || !at::globalContext().userEnabledMkldnn() || !vnni_ukernel_works()) return false;
-  static const bool native_bf16 = cpu_multiplies_bf16();
-  return mode == 1 || native_bf16;
-}
-
 // Threads that ran the ukernel release its hardware context (AMX tile configuration) when their work ends.
 thread_local bool t_ukernel_used = false;
 

@@ -3,6 +3,41 @@ and benchmarks call) and their Python bindings.  See native_math.py (part 1), na
 native_kernels.py (part 3) and native.py (the build).  Part of the remote-code unit (a string, no imports)."""
 
 OPS_SOURCE = r"""
+// The kernels' view of a call's tensors (checked here; the entry points below made them contiguous)
+Problem make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& b,
+                     const at::Tensor& n, const c10::optional<at::Tensor>& mask, bool causal, double scale,
+                     int64_t bq, int64_t bk) {
+  const auto dt = q.scalar_type();
+  TORCH_CHECK((dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf) && k.scalar_type() == dt &&
+              v.scalar_type() == dt, "ssa_hf fused kernel: q, k, v of one dtype, float32, bfloat16 or float16");
+  TORCH_CHECK(b.numel() == 0 || (b.scalar_type() == at::kFloat && n.scalar_type() == at::kFloat),
+              "ssa_hf fused kernel: float32 b and n expected");
+  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "ssa_hf fused kernel: contiguous inputs expected");
+  Problem P{};
+  P.qx = q.data_ptr(); P.kx = k.data_ptr(); P.vx = v.data_ptr();
+  P.dtype = dt;
+  P.B = q.size(0); P.H = q.size(1); P.Lq = q.size(2); P.D = q.size(3);
+  P.Hkv = k.size(1); P.Lk = k.size(2); P.Dv = v.size(3); P.G = P.H / P.Hkv;
+  const bool ssa = b.numel() > 0;
+  P.b = ssa ? b.data_ptr<float>() : nullptr;
+  P.n = ssa ? n.data_ptr<float>() : nullptr;
+  P.scale = (float)scale;
+  P.causal = causal;
+  if (mask.has_value()) {
+    const at::Tensor& m = *mask;
+    TORCH_CHECK(m.scalar_type() == at::kBool && m.dim() == 4, "ssa_hf fused kernel: 4-D bool mask expected");
+    TORCH_CHECK(m.stride(3) == 0 || m.stride(3) == 1, "ssa_hf fused kernel: mask rows must be contiguous");
+    P.mask = reinterpret_cast<const uint8_t*>(m.data_ptr<bool>());
+    P.msb = m.size(0) == 1 ? 0 : m.stride(0);
+    P.msh = m.size(1) == 1 ? 0 : m.stride(1);
+    P.msi = m.size(2) == 1 ? 0 : m.stride(2);
+    P.msj = m.size(3) == 1 ? 0 : m.stride(3);
+  }
+  P.bq = std::max<int64_t>(1, std::min(bq, P.Lq));
+  P.bk = std::max<int64_t>(1, std::min(bk, P.Lk));
+  return P;
+}
+
 // Forward: returns {out [B, H, Lq, Dv], lse [B, H, Lq]}, or {} when a query or key element is not finite.
 // Rows whose |g| bound (Cauchy-Schwarz) is at most fixed_max use it as a fixed offset: one pass per tile, no
 // running maximum, no rescaling of the partial output (40 keeps exp(g - bound) >= exp(-80), a normal float32).
@@ -178,8 +213,17 @@ bool ssa_set_bf16_brgemm(int64_t mode) {
   return bf16_brgemm();
 }
 
-// Whether bf16 tile products go through the ukernel now (the mode as set, torch's oneDNN switch, the probe).
+// The fp32 tile products: -1 as the CPU suits (the ukernel with AVX2), 0 sgemm, 1 brgemm;
+// returns whether brgemm is in use.
+bool ssa_set_f32_brgemm(int64_t mode) {
+  g_f32_brgemm.store((int)mode);
+  return f32_brgemm();
+}
+
+// Whether bf16 (fp32) tile products go through the ukernel (brgemm) now: the mode as set, torch's oneDNN switch,
+// the probe (the CPU).
 bool ssa_bf16_brgemm() { return bf16_brgemm(); }
+bool ssa_f32_brgemm() { return f32_brgemm(); }
 
 int64_t ssa_set_portable(bool portable) {
   g_portable.store(portable);
@@ -198,6 +242,8 @@ PYBIND11_MODULE(SSA_HF_NS, m) {
   m.def("set_portable", &ssa_set_portable);
   m.def("set_bf16_brgemm", &ssa_set_bf16_brgemm);
   m.def("bf16_brgemm", &ssa_bf16_brgemm);
+  m.def("set_f32_brgemm", &ssa_set_f32_brgemm);
+  m.def("f32_brgemm", &ssa_f32_brgemm);
   m.def("score_pass", &ssa_score_pass, py::call_guard<py::gil_scoped_release>());
   m.def("forward", &ssa_fused_forward, py::call_guard<py::gil_scoped_release>());
   m.def("backward", &ssa_fused_backward, py::call_guard<py::gil_scoped_release>());

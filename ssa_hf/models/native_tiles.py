@@ -421,6 +421,25 @@ inline void gemm_vnni(int64_t M, int64_t N, int64_t K, const void* A, int64_t ld
   t_ukernel_used = true;
 }
 
+// fp32 C[M x N] (+)= A[M x K] B[K x N], all row-major with strides, through torch's brgemm (the ukernel where it
+// runs, its sgemm elsewhere: f32_brgemm)
+inline void gemm_f32_brgemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                            int64_t ldb, bool add, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    if (!add)
+      for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
+    return;
+  }
+  at::native::cpublas::brgemm(M, N, K, lda, ldb, ldc, add, A, B, C, /*is_vnni=*/false);
+  t_ukernel_used = true;
+}
+
+// dst [N x M] (stride ldd) = src [M x N]^T (stride lds)
+inline void transpose_f32(const float* src, int64_t M, int64_t N, int64_t lds, float* dst, int64_t ldd) {
+  at::vec::transpose_mxn<float>(src, lds, dst, ldd, (int)M, (int)N);
+}
+
 // One probe product C = A B, then C += A B, against the exact values (small integers: exact in bf16 and fp32).
 inline bool vnni_probe_product(int64_t M, int64_t N, int64_t K) {
   std::vector<at::BFloat16> A(M * K), B(K * N);
@@ -460,5 +479,47 @@ bool vnni_ukernel_works() {
   }
   state.store(ok ? 1 : 0);
   return ok;
+}
+
+// How bf16 tile products run: 1 through oneDNN's brgemm ukernel on VNNI-packed operands (native_tiles.py,
+// `gemm_vnni`; AMX tiles where the CPU has them, AVX512-BF16 dot products elsewhere), 0 as fp32 sgemm on
+// converted tiles.  -1 (default): the ukernel where the CPU multiplies bf16 natively (AVX512-BF16 or AMX-BF16, by
+// cpuid), torch's oneDNN is enabled and the probe passes; forcing 1 still needs the last two (tests run both).
+std::atomic<int> g_bf16_brgemm{-1};
+
+inline bool cpu_multiplies_bf16() {
+#if defined(__GNUC__) && defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool avx512_bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+  const bool amx_bf16 = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22));
+  return avx512_bf16 || amx_bf16;
+#else
+  return false;
+#endif
+}
+
+inline bool bf16_brgemm() {
+  const int mode = g_bf16_brgemm.load(std::memory_order_relaxed);
+  // torch.backends.mkldnn.enabled = False turns torch's ukernel off, and brgemm would then refuse VNNI operands
+  if (mode == 0 || !at::globalContext().userEnabledMkldnn() || !vnni_ukernel_works()) return false;
+  static const bool native_bf16 = cpu_multiplies_bf16();
+  return mode == 1 || native_bf16;
+}
+
+// fp32 tile products: 1 through oneDNN's brgemm ukernel (torch's cpublas::brgemm on
+// float runs it on x86 with AVX2 while its oneDNN is on, else its sgemm: correct either way), 0 MKL's sgemm.
+// At 1 thread on a Zen 4 the ukernel measured 107-112 GFLOP/s on the tile shapes, sgemm 77-82.  -1 (default):
+// the ukernel where the CPU has AVX2 (tests run both).
+std::atomic<int> g_f32_brgemm{-1};
+
+inline bool f32_brgemm() {
+  const int mode = g_f32_brgemm.load(std::memory_order_relaxed);
+  if (mode == 0 || !at::globalContext().userEnabledMkldnn()) return false;
+#if defined(__GNUC__) && defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  static const bool avx2 = false;
+#endif
+  return mode == 1 || avx2;
 }
 """

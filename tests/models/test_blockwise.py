@@ -19,8 +19,8 @@ def kernel(request):
     users get; at::vec, 16 lanes on AVX-512), on the same kernel forced onto its portable scalar passes (what
     CPUs without AVX2 run), and on the torch path (float64, and the fallback where no compiler works).  The
     native runs fail, rather than silently testing torch, when the kernel cannot be built. The portable run also
-    switches the bf16 tile products, forward and backward, to the kind this CPU does not pick (bf16 brgemm or
-    fp32 on converted tiles)."""
+    switches the tile products, forward and backward, to the kind this CPU does not pick: bf16 through the brgemm
+    ukernel or fp32 on converted tiles; fp32 through the ukernel or sgemm and the small-head-dim loops."""
     native.set_native_enabled(request.param != "torch")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "the fused kernel is off" (said once per process)
@@ -30,13 +30,15 @@ def kernel(request):
         loaded.set_portable(request.param == "portable")
         # the bf16 products of the other kind (brgemm or fp32 on converted tiles, whichever this CPU does not pick)
         # run with the portable passes, so that every bf16 test covers both
-        auto = loaded.set_bf16_brgemm(-1)
+        auto, auto_f32 = loaded.set_bf16_brgemm(-1), loaded.set_f32_brgemm(-1)
         if request.param == "portable":
             loaded.set_bf16_brgemm(0 if auto else 1)
+            loaded.set_f32_brgemm(0 if auto_f32 else 1)
     yield request.param
     if loaded is not None:
         loaded.set_portable(False)
         loaded.set_bf16_brgemm(-1)
+        loaded.set_f32_brgemm(-1)
     native.set_native_enabled(None)
 
 
@@ -226,20 +228,29 @@ def test_decode_shapes_lq_less_than_lk(work_split):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("D, Dv", [(4, 4), (8, 8), (16, 16), (8, 16), (16, 4)])
-def test_small_head_dims(D, Dv, dtype):
+def test_small_head_dims(D, Dv, dtype, kernel):
     """Head dims of 4, 8 and 16 take the kernel's own tile products on the vector path (dV, dK, dQ and the
     forward's P V; sgemm elsewhere): key tiles of 24 and 45 positions (a full vector and a tail, ragged last
     tiles and query blocks, remainders of the 2- and 4-row blocks), grouped-query heads, causal, and a padding mask
     with a fully masked row.  float32 against the float64 oracle; bf16 and fp16 against the float32 kernel on the
-    same rounded inputs (as test_half_precision_inputs)."""
+    same rounded inputs (as test_half_precision_inputs).  The native run checks float32 twice: as the CPU picks
+    (the brgemm ukernel, where it runs, takes float32 at every head dim) and on sgemm with the vector loops."""
     B, H, Hkv, L = 2, 4, 2, 45
     q, k, _, b, n = _inputs(B, H, Hkv, L, L, D, seed=50 + D, big=2.0)
     v = torch.randn(B, Hkv, L, Dv, generator=torch.Generator().manual_seed(51 + Dv))
     mask = _padding_mask(B, L, L, seed=50, side="left")
     mask[1, :, 30] = False
+    ops = native.load_kernels() if kernel == "native" else None
     for is_causal, attn_mask in ((True, None), (False, mask)):
         if dtype == torch.float32:
-            _check(q, k, v, b, n, attn_mask=attn_mask, is_causal=is_causal, block_size=(16, 24))
+            for f32_mode in (-1, 0) if ops is not None else (None,):
+                if ops is not None:
+                    ops.set_f32_brgemm(f32_mode)
+                try:
+                    _check(q, k, v, b, n, attn_mask=attn_mask, is_causal=is_causal, block_size=(16, 24))
+                finally:
+                    if ops is not None:
+                        ops.set_f32_brgemm(-1)
             continue
         qh, kh, vh = (t.to(dtype).requires_grad_(True) for t in (q, k, v))
         qf, kf, vf = (t.detach().float().requires_grad_(True) for t in (qh, kh, vh))
