@@ -260,10 +260,13 @@ def _variants(args) -> list[tuple[str, str, str]]:
 
 
 # what --isa sets for the whole run (children inherit it): ATEN_CPU_CAPABILITY picks torch's own kernels (SDPA's
-# flash kernel among them), MKL_ENABLE_INSTRUCTIONS the GEMMs' code path, SSA_HF_KERNEL_ISA the fused kernel's build
+# flash kernel among them), MKL_ENABLE_INSTRUCTIONS the GEMMs' code path, ONEDNN_MAX_CPU_ISA the brgemm ukernel's
+# (oneDNN's JIT; capped at AVX2 it has no bf16 products, so the fused kernel's bf16 takes fp32 tiles), SSA_HF_KERNEL_ISA
+# the fused kernel's build
 ISA_ENV = {
     "native": {},
-    "avx2": {"SSA_HF_KERNEL_ISA": "avx2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "avx2": {"SSA_HF_KERNEL_ISA": "avx2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+             "ONEDNN_MAX_CPU_ISA": "AVX2"},
     "portable": {"SSA_HF_KERNEL_ISA": "portable"},
 }
 

@@ -24,6 +24,9 @@ MATH_SOURCE = r"""
 #endif
 #include <limits>
 #include <memory>
+#include <cctype>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 #include <vector>
 

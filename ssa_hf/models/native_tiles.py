@@ -506,20 +506,34 @@ inline bool bf16_brgemm() {
   return mode == 1 || native_bf16;
 }
 
-// fp32 tile products: 1 through oneDNN's brgemm ukernel (torch's cpublas::brgemm on
-// float runs it on x86 with AVX2 while its oneDNN is on, else its sgemm: correct either way), 0 MKL's sgemm.
-// At 1 thread on a Zen 4 the ukernel measured 107-112 GFLOP/s on the tile shapes, sgemm 77-82.  -1 (default):
-// the ukernel where the CPU has AVX2 (tests run both).
+// Whether oneDNN's JIT may use AVX-512 here: the CPU has avx512f/bw/vl/dq (oneDNN's avx512_core) and
+// ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA), if set, does not cap it below (benchmarks emulate AVX2 machines so)
+inline bool onednn_avx512() {
+#if defined(__GNUC__) && defined(__x86_64__)
+  const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (!cap) cap = std::getenv("DNNL_MAX_CPU_ISA");
+  if (!cap || !*cap) return cpu;
+  std::string c(cap);
+  for (auto& ch : c) ch = (char)std::toupper((unsigned char)ch);
+  return cpu && (c == "ALL" || c.find("AVX512") != std::string::npos || c.find("AMX") != std::string::npos);
+#else
+  return false;
+#endif
+}
+
+// fp32 tile products: 1 through torch's cpublas::brgemm on float (oneDNN's brgemm ukernel on x86 with AVX2 while
+// torch's oneDNN is on, else its sgemm: correct either way), 0 MKL's sgemm and the small-head-dim loops.  At 1
+// thread on a Zen 4 the AVX-512 ukernel measured 107-112 GFLOP/s on the tile shapes, sgemm 77-82; with oneDNN
+// capped at AVX2 (ONEDNN_MAX_CPU_ISA=AVX2, MKL at AVX2 too) forward and fwd+bwd were 1.05-1.22x slower through it
+// than through sgemm.  -1 (default): the ukernel where oneDNN runs AVX-512 (tests run both).
 std::atomic<int> g_f32_brgemm{-1};
 
 inline bool f32_brgemm() {
   const int mode = g_f32_brgemm.load(std::memory_order_relaxed);
   if (mode == 0 || !at::globalContext().userEnabledMkldnn()) return false;
-#if defined(__GNUC__) && defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-  static const bool avx2 = false;
-#endif
-  return mode == 1 || avx2;
+  static const bool avx512 = onednn_avx512();
+  return mode == 1 || avx512;
 }
 """

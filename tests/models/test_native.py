@@ -469,3 +469,36 @@ def test_kernel_isa_is_read_from_the_environment_and_checked(monkeypatch):
     monkeypatch.setenv("SSA_HF_KERNEL_ISA", "avx1024")
     with pytest.raises(ValueError, match="SSA_HF_KERNEL_ISA='avx1024'"):
         native.native_flags()
+
+
+@pytest.mark.parametrize("cap", [None, "AVX2"])
+def test_tile_products_follow_the_cpu_and_onednns_isa_cap(cap):
+    """The brgemm ukernel is picked for float32 where oneDNN runs AVX-512 (with its JIT capped at AVX2 it measured
+    slower than sgemm) and for bf16 where, besides, the CPU multiplies bf16 natively and the probe passes (capped
+    at AVX2, torch's brgemm has no bf16 products: the probe fails); either way a call matches the oracle."""
+    features = native._cpu_features()
+    avx512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= features
+    env = dict(os.environ)
+    env.pop("ONEDNN_MAX_CPU_ISA", None)
+    env.pop("DNNL_MAX_CPU_ISA", None)
+    if cap:
+        env["ONEDNN_MAX_CPU_ISA"] = cap
+    code = textwrap.dedent("""
+        import torch
+        from ssa_hf.models import native
+        from ssa_hf.models.blockwise import blockwise_attention
+        ops = native.load_kernels()
+        g = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(1, 4, 70, 32, generator=g) for _ in range(3))
+        b, n = torch.full((4,), 0.8), torch.full((4,), 1.5)
+        ref = blockwise_attention(q.double(), k.double(), v.double(), b, n, is_causal=True)
+        errs = [(blockwise_attention(q.to(dt), k.to(dt), v.to(dt), b, n, is_causal=True).double() - ref).abs().max()
+                for dt in (torch.float32, torch.bfloat16)]
+        print(ops.f32_brgemm(), ops.bf16_brgemm(), float(errs[0]) < 1e-5, float(errs[1]) < 2e-2)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    f32, bf16, f32_ok, bf16_ok = done.stdout.split()[-4:]
+    assert f32 == str(avx512 and cap is None)
+    assert bf16 == str(avx512 and cap is None and bool({"avx512_bf16", "amx_bf16"} & features))
+    assert f32_ok == bf16_ok == "True"
