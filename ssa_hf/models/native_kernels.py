@@ -76,13 +76,14 @@ struct Forward {
     std::vector<uint32_t> kT, vN;  // the ukernel: K^T and V tiles packed
     std::vector<at::BFloat16> ph, pl;  // the ukernel: P's rows as bf16 hi and lo parts
     std::vector<float> kTf;            // the fp32 ukernel: a key tile transposed ([D x bk])
-    explicit Scratch(const Forward& f) {
-      if (f32_ukernel(f.P)) kTf.resize(f.P.D * f.P.bk);
+    const bool uk, ukf;  // the worker's kind of products, fixed with the sizes here (a mode may change meanwhile)
+    explicit Scratch(const Forward& f) : uk(f.ukernel()), ukf(f32_ukernel(f.P)) {
+      if (ukf) kTf.resize(f.P.D * f.P.bk);
       if (small_nn_form(f.P.Dv) == 1) vtt.resize(f.P.Dv * f.P.bk);
       const int64_t rows = f.P.G * f.P.bq;
       q.resize(rows * f.P.D); s.resize(rows * f.P.bk); acc.resize(rows * f.P.Dv);
       m.resize(rows); l.resize(rows); alpha.resize(rows);
-      if (f.ukernel()) {
+      if (uk) {
         kT.resize(vnni_words(f.P.D, f.P.bk)); vN.resize(vnni_words(f.P.bk, f.P.Dv));
         ph.resize(rows * even(f.P.bk)); if (kSplitP) pl.resize(rows * even(f.P.bk));
       } else if (kReduced) {
@@ -117,7 +118,7 @@ struct Forward {
       const int64_t h = hk * P.G + g;
       std::memcpy(w.q.data() + g * R * P.D, qp() + ((bi * P.H + h) * P.Lq + i0) * P.D, sizeof(T) * R * P.D);
     }
-    const bool uk = ukernel(), uk_pv = uk && rows > kFewRows, ukf = f32_ukernel(P);
+    const bool uk = w.uk, uk_pv = uk && rows > kFewRows, ukf = w.ukf;
     if (kReduced && !uk) at::vec::convert(w.q.data(), w.qf.data(), rows * P.D);
     // Rows whose bound is small enough use it as a fixed offset (no running maximum); computed here, inside the
     // call's one parallel region, since every barrier costs a scheduler slice on a busy machine
@@ -289,13 +290,14 @@ struct Backward {
     std::vector<at::BFloat16> qT, doT, ds16;
     std::vector<float> dkT, dvT;
     std::vector<float> kTf, vTf, qTf, doTf;  // the fp32 ukernel: K^T, V^T of a key tile, Q^T, dO^T of a query block
-    explicit Scratch(const Backward& f) {
+    const bool uk, ukf;  // the worker's kind of products, fixed with the sizes here (a mode may change meanwhile)
+    explicit Scratch(const Backward& f) : uk(f.ukernel()), ukf(f32_ukernel(f.P)) {
       const int64_t D = f.P.D, Dv = f.P.Dv, bq = f.P.bq, bk = f.P.bk;
-      if (f32_ukernel(f.P)) {
+      if (ukf) {
         kTf.resize(D * bk); vTf.resize(Dv * bk); qTf.resize(D * bq); doTf.resize(Dv * bq);
         dkT.resize(D * bk); dvT.resize(Dv * bk);
       }
-      if (f.ukernel()) {
+      if (uk) {
         kT.resize(vnni_words(D, bk)); vT.resize(vnni_words(Dv, bk)); kN.resize(vnni_words(bk, D));
         pph.resize(vnni_words(bq, bk)); if (kSplitP) ppl.resize(vnni_words(bq, bk)); dsp.resize(vnni_words(bq, bk));
         qT.resize(D * even(bq)); doT.resize(Dv * even(bq)); ds16.resize(bq * even(bk));
@@ -305,7 +307,7 @@ struct Backward {
       if (small_nn_form(f.P.D) == 1) kt.resize(f.P.D * f.P.bk);
       if constexpr (kReduced) {
         const int64_t keys = std::min(f.P.Lk, f.per() * f.P.bk);
-        if (!f.ukernel()) {
+        if (!uk) {
           qf.resize(f.P.bq * f.P.D); dof.resize(f.P.bq * f.P.Dv); kf.resize(f.P.bk * f.P.D); vf.resize(f.P.bk * f.P.Dv);
         }
         dka.resize(keys * f.P.D); dva.resize(keys * f.P.Dv); row.resize(f.P.D);
@@ -465,7 +467,7 @@ struct Backward {
     const T* vb = P.v<T>() + bhk * P.Lk * P.Dv;
     float* S = w.s.data();
     float* dP = w.dp.data();
-    const bool uk = ukernel(), ukf = f32_ukernel(P);
+    const bool uk = w.uk, ukf = w.ukf;
     for (int64_t jb = jb0; jb < jb1; ++jb) {
       const int64_t j0 = jb * P.bk, C = std::min(P.bk, P.Lk - j0);
       const float *kt = nullptr, *vt = nullptr, *ktt = nullptr;
