@@ -219,7 +219,7 @@ struct Forward {
         }
         const float* vtt = nullptr;
         if (small_nn_form(P.Dv) == 1) {
-          transpose_tile(vt, C, P.Dv, w.vtt.data(), P.bk);
+          transpose_f32(vt, C, P.Dv, P.Dv, w.vtt.data(), P.bk);
           vtt = w.vtt.data();
         }
         product_nn(rows, C, P.Dv, S, P.bk, vt, vtt, P.bk, !first, w.acc.data(), P.Dv);
@@ -488,7 +488,7 @@ struct Backward {
           std::fill(w.dkT.begin(), w.dkT.end(), 0.0f);
           std::fill(w.dvT.begin(), w.dvT.end(), 0.0f);
         } else if (small_nn_form(P.D) == 1) {
-          transpose_tile(kt, C, P.D, w.kt.data(), P.bk);
+          transpose_f32(kt, C, P.D, P.D, w.kt.data(), P.bk);
           ktt = w.kt.data();
         }
       }

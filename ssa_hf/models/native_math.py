@@ -16,19 +16,19 @@ MATH_SOURCE = r"""
 #include <torch/csrc/utils/pybind.h>
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
-#if defined(__GNUC__) && defined(__x86_64__)
-#include <cpuid.h>
-#endif
 #include <limits>
 #include <memory>
-#include <cctype>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <vector>
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <cpuid.h>  // cpu_multiplies_bf16 (native_tiles.py)
+#endif
 
 // MKL (torch's BLAS on x86) runs nested teams inside a parallel region unless told otherwise (torch turns its
 // dynamic adjustment off): each worker asks for a sequential sgemm.  Weak, so that builds without MKL load too.

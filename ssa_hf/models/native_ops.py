@@ -213,7 +213,7 @@ bool ssa_set_bf16_brgemm(int64_t mode) {
   return bf16_brgemm();
 }
 
-// The fp32 tile products: -1 as the CPU suits (the ukernel with AVX2), 0 sgemm, 1 brgemm;
+// The fp32 tile products: -1 as the CPU suits (the ukernel where oneDNN runs AVX-512), 0 sgemm, 1 brgemm;
 // returns whether brgemm is in use.
 bool ssa_set_f32_brgemm(int64_t mode) {
   g_f32_brgemm.store((int)mode);

@@ -242,11 +242,6 @@ inline int small_nn_form(int64_t ND) {
   return 0;
 }
 
-// dst[d][c] = src[c][d] for a [C x ND] tile
-inline void transpose_tile(const float* src, int64_t C, int64_t ND, float* dst, int64_t ldd) {
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t d = 0; d < ND; ++d) dst[d * ldd + c] = src[c * ND + d];
-}
 
 // out[R x ND] (+)= a[R x C] b[C x ND] (b [C x ND] contiguous; bt its transpose, stride ldt, where the form needs it)
 inline void product_nn(int64_t R, int64_t C, int64_t ND, const float* a, int64_t lda, const float* b,
