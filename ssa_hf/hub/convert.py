@@ -150,6 +150,7 @@ class _Source:
     task: str
     spec: FamilySpec
     model: Any = None
+    dropped: list = field(default_factory=list)  # its tensors of modules the architecture does not have
 
     @property
     def is_ssa(self) -> bool:
@@ -189,12 +190,49 @@ def _read_source(src: Path) -> _Source:
     source = _Source(raw, model_type, found[0], architectures[found[0]], spec)
     safe = safe_weights_kwargs(src, flag=None)  # a pickle (pytorch_model.bin) is never opened
     if source.is_ssa:
-        source.model = spec.model_class(source.task).from_pretrained(src, dtype=torch.float32, **safe)
+        source.model, info = spec.model_class(source.task).from_pretrained(
+            src, dtype=torch.float32, output_loading_info=True, **safe)
     else:
-        source.model = getattr(transformers, source.architecture).from_pretrained(
-            src, dtype=torch.float32, attn_implementation="eager", **safe)
+        source.model, info = getattr(transformers, source.architecture).from_pretrained(
+            src, dtype=torch.float32, attn_implementation="eager", output_loading_info=True, **safe)
     source.model.eval()
+    source.dropped = _check_source_weights(source, src, info)
     return source
+
+
+def _check_source_weights(source: _Source, src: Path, info: dict) -> list[str]:
+    """Refuse a source whose weight files do not match its own config (transformers would fill a missing tensor
+    with random values, and the output check, run against the source as loaded, could not see it); return the
+    tensors of modules the architecture does not have (BERT's pooler and next-sentence head in a masked-LM
+    checkpoint), which are left out, as transformers does."""
+    missing = sorted(k for k in info.get("missing_keys", ()) if not (source.is_ssa and ".scoring." in f".{k}"))
+    mismatched = sorted(str(k) for k in info.get("mismatched_keys", ()))
+    unexpected = sorted(info.get("unexpected_keys", ()))
+    inside = [k for k in unexpected if _inside_the_model(source.model, k)]
+    if missing or mismatched or inside:
+        found = "; ".join(f"{what} {keys[:6]}" + (f" (+{len(keys) - 6})" if len(keys) > 6 else "")
+                          for what, keys in (("missing", missing), ("of other shapes", mismatched),
+                                             ("not in its config", inside)) if keys)
+        raise ConversionError(f"{src}: its weight files do not match its config.json ({source.architecture}): "
+                              f"{found}. Converting it would start those weights from random values or lose "
+                              f"them: give a complete, consistent checkpoint (save_pretrained of the model)")
+    outside = sorted(set(unexpected) - set(inside))
+    if outside:
+        logger.warning("%s: %d tensors of modules %s has no place for are left out: %s", src, len(outside),
+                       source.architecture, outside[:6])
+    return outside
+
+
+def _inside_the_model(model, key: str) -> bool:
+    """Whether an unexpected key names a place inside the model's own modules: a layer past the config's count (an
+    index of a module list) or a tensor of an existing module. False for a module the model does not have."""
+    module, parts = model, key.split(".")
+    for name in parts[:-1]:
+        child = module._modules.get(name)
+        if child is None:
+            return isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Sequential))
+        module = child
+    return True
 
 
 def _target_config(source: _Source, src: Path, attention_scoring, scoring_kwargs: dict):
@@ -347,7 +385,8 @@ def convert_checkpoint(
     result = ConversionResult(
         source=str(src), destination=str(dst), source_class=source.architecture, target_class=type(target).__name__,
         attention_scoring=attention_scoring, scoring_settings=scoring_settings(target_config), dtype=save_dtype,
-        copied_tensors=len(state), initialised_tensors=sorted(missing), dropped_tensors=dropped, tokenizer_files=[],
+        copied_tensors=len(state), initialised_tensors=sorted(missing), dropped_tensors=sorted(dropped + source.dropped),
+        tokenizer_files=[],
         output_check=output_check, init=init_record,
     )
     _write_converted(target, src, dst, result, overwrite=overwrite, card=card, base_model=base_model,

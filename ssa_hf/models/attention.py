@@ -21,6 +21,7 @@ Part of the remote-code unit: imports only torch, transformers and siblings.
 from __future__ import annotations
 
 import math
+import sys
 import weakref
 
 import torch
@@ -384,12 +385,42 @@ def _snapshot(scoring: torch.nn.Module) -> list:
             for name, tensor in owner.items() if tensor is not None]
 
 
+class _ScoringOfAnOlderCopy(Exception):
+    """Raised for a module whose scoring comes from a remote-code copy older than `attention_groups` (saved before
+    2026-12-01): the call is run by that copy's own attention function, which knows its modules."""
+
+    def __init__(self, scoring):
+        super().__init__("scoring of an older remote-code copy")
+        self.scoring = scoring
+
+
+_OLDER_COPIES: dict = {}  # (its package, backend) -> that copy's attention function
+
+
+def _older_copy_attention(scoring, backend: str | None):
+    """The attention function of the copy of this code that `scoring` (a module without `attention_groups`) comes
+    from, or None: found among the modules already imported (that copy's own `attention.py`), never imported."""
+    if not isinstance(scoring, torch.nn.Module):
+        return None
+    package = type(scoring).__module__.rpartition(".")[0]
+    key = (package, backend)
+    if key not in _OLDER_COPIES:
+        copy = sys.modules.get(package + ".attention") if package else None
+        make = getattr(copy, "make_transformers_attention", None)
+        own = copy is None or copy is sys.modules.get(__name__) or not callable(make)
+        _OLDER_COPIES[key] = None if own else make(backend)
+    return _OLDER_COPIES[key]
+
+
 def _scoring_of(module):
     scoring = getattr(module, "scoring", None)
     if not callable(getattr(scoring, "attention_groups", None)):
+        if _older_copy_attention(scoring, None) is not None:
+            raise _ScoringOfAnOlderCopy(scoring)
         raise ValueError(
             f"attn_implementation 'ssa_*' needs an attention module that carries ssa-hf scoring parameters "
-            f"(`module.scoring`); {type(module).__name__} has none. Use an ssa-hf model class (SSALlama*, SSABert*, SSAGPT2*) "
+            f"(`module.scoring`); {type(module).__name__} has "
+            f"{'none' if scoring is None else 'a ' + type(scoring).__name__ + ' without attention_groups'}. Use an ssa-hf model class (SSALlama*, SSABert*, SSAGPT2*) "
             f"or convert a checkpoint with `ssa-hf convert`."
         )
     return scoring
@@ -507,7 +538,11 @@ def make_transformers_attention(backend: str | None):
         need_weights = bool(need_weights) or _capturing_attentions(compiling)
         training = module.training
         heads, device = query.shape[1], query.device
-        scoring, state, groups = _layer_state(module, heads, device, compiling, with_groups=torch.is_grad_enabled())
+        try:
+            scoring, state, groups = _layer_state(module, heads, device, compiling, with_groups=torch.is_grad_enabled())
+        except _ScoringOfAnOlderCopy as older:  # another copy registered last: the module's own copy runs it
+            return _older_copy_attention(older.scoring, backend)(module, query, key, value, attention_mask,
+                                                                 scaling=scaling, dropout=dropout, **kwargs)
         if groups is None:  # no gradients, a kept state: its groups and bound runners
             if state.groups is None:
                 state.groups = _groups_of(scoring, heads, device)
@@ -531,6 +566,7 @@ def make_transformers_attention(backend: str | None):
         return out.transpose(1, 2).contiguous(), weights
 
     attention.__name__ = f"ssa_{backend or 'auto'}_attention"
+    attention.runs_modules_of_any_copy = True  # read by ensure_registered
     return attention
 
 
@@ -558,6 +594,17 @@ def register_with_transformers() -> None:
     for name, backend in IMPLEMENTATIONS.items():
         AttentionInterface.register(name, make_transformers_attention(backend))
         AttentionMaskInterface.register(name, boolean_mask)
+
+
+def ensure_registered(implementation: str) -> None:
+    """Register this copy's functions again if the one transformers holds for `implementation` comes from a copy
+    older than `attention_groups`, which refuses the modules of other copies (a checkpoint saved before 2026-12-01,
+    loaded with trust_remote_code after this model).  Called before each forward of an ssa-hf model."""
+    if implementation in IMPLEMENTATIONS:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        if not getattr(ALL_ATTENTION_FUNCTIONS.get(implementation), "runs_modules_of_any_copy", False):
+            register_with_transformers()
 
 
 register_with_transformers()

@@ -12,7 +12,7 @@ import logging
 import torch
 from torch import nn
 
-from .attention import DEFAULT_IMPLEMENTATION, IMPLEMENTATIONS, config_value
+from .attention import DEFAULT_IMPLEMENTATION, IMPLEMENTATIONS, config_value, ensure_registered
 from .backends import static_refusal
 from .mixture import MixedScoringParameters
 from .parameters import ConstrainedParameter
@@ -95,6 +95,8 @@ def _check_scoring_runs(model, args) -> None:
     if model.__dict__.get("_ssa_checked_state") != state:
         model.assert_scoring_runs()  # may map a hand-set standard name: the state is the name that runs
         model._ssa_checked_state = (config._attn_implementation, state[1])
+    if not compiling:  # an older remote-code copy may have replaced the ssa_* functions since the last forward
+        ensure_registered(model._ssa_checked_state[0])
 
 
 _UNREAD = object()

@@ -36,6 +36,7 @@ from .metrics import (
     gather_ints,
     push_final,
     read_history,
+    recorded_start_eval,
     scoring_statistics,
     scoring_values,
     versions,
@@ -132,6 +133,8 @@ def train(run: Run) -> Report:
         log(run, {"eval_loss": report.start_eval["loss"], "eval_perplexity": report.start_eval["perplexity"],
                   "eval_tokens": report.start_eval["tokens"]})
         report.started = time.perf_counter()
+    elif config.eval_at_start and run.main:  # resumed: the first invocation's (log_history.jsonl keeps it)
+        report.start_eval = recorded_start_eval(run.output_dir / "log_history.jsonl")
     while run.step < run.stop_at:
         step_loss, grad_norm = train_step(run, report)
         run.step += 1

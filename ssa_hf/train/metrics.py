@@ -131,6 +131,16 @@ def read_history(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def recorded_start_eval(path: Path) -> dict[str, Any] | None:
+    """The validation before the first step (`eval_at_start`) as log_history.jsonl recorded it: a resumed run
+    reports the one its first invocation ran."""
+    for record in read_history(path):
+        if record.get("step") == 0 and "eval_loss" in record:
+            return {"loss": record["eval_loss"], "perplexity": record.get("eval_perplexity"),
+                    "tokens": record.get("eval_tokens")}
+    return None
+
+
 def versions() -> dict[str, str]:
     import accelerate
     import datasets

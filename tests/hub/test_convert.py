@@ -187,6 +187,71 @@ def test_conversion_refusals(workdir, sources, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def _edit_weights(src, dst, edit):
+    """A copy of checkpoint folder src whose weight file is rewritten by edit(state) (a damaged checkpoint)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    state = load_file(dst / "model.safetensors")
+    edit(state)
+    save_file(state, dst / "model.safetensors", metadata={"format": "pt"})
+    return dst
+
+
+def _drop(key):
+    return lambda state: state.pop(key)
+
+
+def _add(key, like):
+    return lambda state: state.__setitem__(key, torch.zeros_like(state[like]))
+
+
+DAMAGED = {  # weight files that do not match their config.json: transformers would fill or ignore the difference
+    "llama missing tensor": ("llama", _drop("model.layers.0.mlp.down_proj.weight"), "missing .*down_proj"),
+    "gpt2 missing tensor": ("gpt2", _drop("transformer.h.1.attn.c_attn.weight"), "missing .*c_attn"),
+    "roberta missing tensor": ("roberta", _drop("roberta.encoder.layer.0.attention.self.query.weight"), "missing .*query"),
+    "llama layer past its config": ("llama", _add("model.layers.2.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight"),
+                                    "not in its config .*layers.2"),
+    "llama bias its config lacks": ("llama", _add("model.layers.0.self_attn.q_proj.bias", "model.norm.weight"),
+                                    "not in its config .*q_proj.bias"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGED))
+def test_damaged_source_is_refused(case, sources, tmp_path):
+    kind, edit, message = DAMAGED[case]
+    damaged = _edit_weights(sources[kind][0], tmp_path / "damaged", edit)
+    with pytest.raises(ConversionError, match="weight files do not match its config.json.*" + message):
+        convert_checkpoint(damaged, tmp_path / "out", "ssa")
+    assert not (tmp_path / "out").exists()
+
+
+def test_tensors_of_modules_the_architecture_lacks_are_left_out_and_recorded(sources, tmp_path):
+    """A masked-LM checkpoint saved with BERT's pooler and next-sentence head (as bert-base-uncased is) converts;
+    those tensors are listed as dropped, every tensor the model has is copied."""
+    pooler = ["bert.pooler.dense.weight", "bert.pooler.dense.bias", "cls.seq_relationship.weight"]
+
+    def add_heads(state):
+        state[pooler[0]] = torch.ones(32, 32)
+        state[pooler[1]] = torch.ones(32)
+        state[pooler[2]] = torch.ones(2, 32)
+
+    with_heads = _edit_weights(sources["bert"][0], tmp_path / "bert_heads", add_heads)
+    result = convert_checkpoint(with_heads, tmp_path / "out", "softmax")
+    assert set(pooler) <= set(result.dropped_tensors) and result.initialised_tensors == []
+    assert json.loads((tmp_path / "out" / "ssa_conversion.json").read_text())["dropped_tensors"] == result.dropped_tensors
+
+
+def test_a_folder_without_weights_is_refused(sources, tmp_path, capsys):
+    folder = tmp_path / "config_only"
+    folder.mkdir()
+    (folder / "config.json").write_text((sources["llama"][0] / "config.json").read_text())
+    assert cli(["convert", str(folder), str(tmp_path / "out")]) == 2
+    assert "holds a config.json but no weights" in capsys.readouterr().err
+
+
 def test_failed_conversion_leaves_nothing(sources, tmp_path, monkeypatch):
     def broken_save(self, *args, **kwargs):
         raise RuntimeError("disk full")

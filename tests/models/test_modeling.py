@@ -206,6 +206,62 @@ def test_installed_model_runs_beside_a_remote_code_copy(family, tmp_path):
         register_with_transformers()  # the installed functions again, for the tests that follow
 
 
+def _older_copy(monkeypatch, calls):
+    """A stand-in for the remote code of a checkpoint saved before `attention_groups` (2026-12-01): a package
+    whose scoring module lacks it and whose attention function accepts only its own modules (records its calls)."""
+    import types
+
+    package = types.ModuleType("older_ssa_copy")
+    scoring_module, attention_module = types.ModuleType("older_ssa_copy.scoring"), types.ModuleType("older_ssa_copy.attention")
+
+    class OlderScoring(torch.nn.Module):
+        pass
+
+    OlderScoring.__module__ = scoring_module.__name__
+
+    def make_transformers_attention(backend):
+        def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+            if not isinstance(getattr(module, "scoring", None), OlderScoring):
+                raise ValueError("module.scoring is not this copy's")
+            calls.append(backend)
+            return torch.zeros_like(query).transpose(1, 2).contiguous(), None
+        return attention
+
+    scoring_module.OlderScoring, attention_module.make_transformers_attention = OlderScoring, make_transformers_attention
+    for module in (package, scoring_module, attention_module):
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    return OlderScoring, make_transformers_attention
+
+
+def test_checkpoints_of_an_older_copy_share_the_process(monkeypatch):
+    """An older copy's modules run through that copy's function, and the ssa_* functions that copy registers
+    (last) are replaced again before this copy's next forward: both run, in either order."""
+    from transformers import AttentionInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from ssa_hf.models import register_with_transformers
+
+    calls = []
+    older_scoring, make_older = _older_copy(monkeypatch, calls)
+    model = build("llama", "ssa")
+    ids, mask = batch_for(model)
+    try:
+        with torch.no_grad():
+            before = forward(model, ids, mask).logits
+            AttentionInterface.register("ssa_auto", make_older(None))  # the older copy is loaded after this model
+            torch.testing.assert_close(forward(model, ids, mask).logits, before, atol=0, rtol=0)
+            assert getattr(ALL_ATTENTION_FUNCTIONS["ssa_auto"], "runs_modules_of_any_copy", False)
+            older = build("llama", "ssa")  # a model of the older copy: its layers carry that copy's scoring
+            for layer in older.model.layers:
+                layer.self_attn.scoring = older_scoring()
+            forward(older, ids, mask)
+        assert calls == [None] * len(older.model.layers)  # each layer ran by its own copy, on the same backend
+        with torch.no_grad():
+            torch.testing.assert_close(forward(model, ids, mask).logits, before, atol=0, rtol=0)
+    finally:
+        register_with_transformers()
+
+
 @pytest.mark.parametrize("family,scoring", CAUSAL_CASES, ids=CAUSAL_IDS)
 def test_chunked_prefill_and_decoding_match_full_forward(family, scoring):
     model = build(family, scoring)

@@ -144,6 +144,9 @@ def test_uptraining_resumes_bit_identically_after_kill_9(uptrain_sources, corpor
     kill_9_after_checkpoints(uptrain_config("causal", corpora, matched, tmp_path / "run", **settings), tmp_path)
     resumed = pretrain(uptrain_config("causal", corpora, matched, tmp_path / "run", resume="latest", **settings))
     assert resumed.steps == 6 and resumed.metrics["resumed_from"] is not None
+    # the validation before step 1 ran in the killed invocation: the resumed run reports it, metrics and card
+    assert resumed.metrics["eval_loss_at_start"] == reference.metrics["eval_loss_at_start"] is not None
+    assert "validation_loss_at_start" in (Path(resumed.final_dir) / "README.md").read_text()
     a, b = load_file(Path(reference.final_dir) / "model.safetensors"), load_file(Path(resumed.final_dir) / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
