@@ -385,38 +385,26 @@ def _snapshot(scoring: torch.nn.Module) -> list:
             for name, tensor in owner.items() if tensor is not None]
 
 
-class _ScoringOfAnOlderCopy(Exception):
-    """Raised for a module whose scoring comes from a remote-code copy older than `attention_groups` (saved before
-    2026-12-01): the call is run by that copy's own attention function, which knows its modules."""
-
-    def __init__(self, scoring):
-        super().__init__("scoring of an older remote-code copy")
-        self.scoring = scoring
-
-
 _OLDER_COPIES: dict = {}  # (its package, backend) -> that copy's attention function
 
 
 def _older_copy_attention(scoring, backend: str | None):
-    """The attention function of the copy of this code that `scoring` (a module without `attention_groups`) comes
-    from, or None: found among the modules already imported (that copy's own `attention.py`), never imported."""
-    if not isinstance(scoring, torch.nn.Module):
+    """For a module's `scoring` of a copy of this code older than `attention_groups` (a checkpoint saved before
+    2026-12-01), that copy's own attention function, which knows its modules; else None.  Found among the modules
+    already imported (that copy's `attention.py`), never imported."""
+    if not isinstance(scoring, torch.nn.Module) or callable(getattr(scoring, "attention_groups", None)):
         return None
-    package = type(scoring).__module__.rpartition(".")[0]
-    key = (package, backend)
+    key = (type(scoring).__module__.rpartition(".")[0], backend)
     if key not in _OLDER_COPIES:
-        copy = sys.modules.get(package + ".attention") if package else None
+        copy = sys.modules.get(key[0] + ".attention") if key[0] else None
         make = getattr(copy, "make_transformers_attention", None)
-        own = copy is None or copy is sys.modules.get(__name__) or not callable(make)
-        _OLDER_COPIES[key] = None if own else make(backend)
+        _OLDER_COPIES[key] = make(backend) if callable(make) and copy is not sys.modules.get(__name__) else None
     return _OLDER_COPIES[key]
 
 
 def _scoring_of(module):
     scoring = getattr(module, "scoring", None)
     if not callable(getattr(scoring, "attention_groups", None)):
-        if _older_copy_attention(scoring, None) is not None:
-            raise _ScoringOfAnOlderCopy(scoring)
         raise ValueError(
             f"attn_implementation 'ssa_*' needs an attention module that carries ssa-hf scoring parameters "
             f"(`module.scoring`); {type(module).__name__} has "
@@ -540,9 +528,11 @@ def make_transformers_attention(backend: str | None):
         heads, device = query.shape[1], query.device
         try:
             scoring, state, groups = _layer_state(module, heads, device, compiling, with_groups=torch.is_grad_enabled())
-        except _ScoringOfAnOlderCopy as older:  # another copy registered last: the module's own copy runs it
-            return _older_copy_attention(older.scoring, backend)(module, query, key, value, attention_mask,
-                                                                 scaling=scaling, dropout=dropout, **kwargs)
+        except ValueError:  # an older copy's module (this copy registered last): that copy runs it
+            older = _older_copy_attention(getattr(module, "scoring", None), backend)
+            if older is None:
+                raise
+            return older(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
         if groups is None:  # no gradients, a kept state: its groups and bound runners
             if state.groups is None:
                 state.groups = _groups_of(scoring, heads, device)
