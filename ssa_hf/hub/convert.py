@@ -189,6 +189,9 @@ def _read_source(src: Path) -> _Source:
                               f"supported: {sorted(architectures)}")
     source = _Source(raw, model_type, found[0], architectures[found[0]], spec)
     safe = safe_weights_kwargs(src, flag=None)  # a pickle (pytorch_model.bin) is never opened
+    if not any(src.glob("*.safetensors")):
+        raise ConversionError(f"{src}: holds a config.json but no weights (model.safetensors, or shards with their "
+                              f"model.safetensors.index.json); copy the weight files into it")
     if source.is_ssa:
         source.model, info = spec.model_class(source.task).from_pretrained(
             src, dtype=torch.float32, output_loading_info=True, **safe)

@@ -52,10 +52,6 @@ class PickledWeightsError(ValueError):
     """A model folder's weights exist only as pickle files, which are not opened unless the user asks."""
 
 
-class MissingWeightsError(ValueError):
-    """A local model folder has a config but no weight file at all."""
-
-
 def safe_weights_kwargs(model: str | os.PathLike, trust_remote_code: bool = False, flag: str | None = "--trust-remote-code") -> dict:
     """What every loader of a model passes to `from_pretrained`: `use_safetensors=True` unless the user asked
     (`trust_remote_code`), so that a pickle file (pytorch_model.bin: unpickling can run code) is never opened. A
@@ -71,9 +67,6 @@ def safe_weights_kwargs(model: str | os.PathLike, trust_remote_code: bool = Fals
                 f"{folder}: safetensors expected, found only {', '.join(pickled[:3])} (pickle files, which can run code "
                 f"when loaded; ssa-hf does not open them): save the model again with save_pretrained (safetensors) "
                 f"where you trust it{ask}")
-        if (folder / "config.json").is_file():
-            raise MissingWeightsError(f"{folder}: holds a config.json but no weights (model.safetensors, or shards "
-                                      f"with their model.safetensors.index.json); copy the weight files into it")
     return {"use_safetensors": True}
 
 
