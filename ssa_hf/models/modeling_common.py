@@ -7,6 +7,7 @@ Part of the remote-code unit: imports only torch, transformers and siblings.
 
 from __future__ import annotations
 
+import json
 import logging
 
 import torch
@@ -16,7 +17,7 @@ from .attention import DEFAULT_IMPLEMENTATION, IMPLEMENTATIONS, config_value, en
 from .backends import static_refusal
 from .mixture import MixedScoringParameters
 from .parameters import ConstrainedParameter
-from .settings import ScoringParameters
+from .settings import OLD_NAMES, ScoringParameters, default_settings, resolve_settings
 
 logger = logging.getLogger("ssa_hf")
 
@@ -108,6 +109,88 @@ def scoring_parameter_problems(model: nn.Module) -> list[str]:
             for line in module.parameter_problems(f"{path}.")]
 
 
+def _saved_scoring(source, kwargs: dict) -> tuple[dict, dict] | None:
+    """(the checkpoint's own config.json, its scoring tensors by key), read from the files from_pretrained just
+    resolved (a local folder or the Hub cache; safetensors only), or None where there are none to read."""
+    if source is None or kwargs.get("state_dict") is not None or kwargs.get("gguf_file"):
+        return None
+    from safetensors import safe_open
+    from transformers.utils import cached_file
+
+    options = {k: kwargs[k] for k in ("subfolder", "revision", "cache_dir", "token") if kwargs.get(k) is not None}
+
+    def find(name: str):
+        return cached_file(str(source), name, _raise_exceptions_for_missing_entries=False,
+                           _raise_exceptions_for_connection_errors=False, **options)
+
+    config_file, index = find("config.json"), find("model.safetensors.index.json")
+    if config_file is None:
+        return None
+    with open(config_file, encoding="utf-8") as handle:
+        config = json.load(handle)
+    if index is not None:
+        with open(index, encoding="utf-8") as handle:
+            files = sorted(set(json.load(handle).get("weight_map", {}).values()))
+    else:
+        files = ["model.safetensors"]
+    tensors = {}
+    for name in files:
+        path = find(name)
+        if path is None:
+            return None
+        with safe_open(path, framework="pt") as weights:
+            for key in weights.keys():
+                if ".scoring." in f".{key}":
+                    tensors[key] = weights.get_tensor(key)
+    return config, tensors
+
+
+def restore_saved_scoring(model: nn.Module, info: dict, saved: tuple[dict, dict] | None, source=None) -> None:
+    """Give each scoring parameter the value the checkpoint saved, whatever form this model stores it in.
+
+    A checkpoint's `.raw` tensor means something only with its own config: softplus, exp or raw (its
+    `scoring_parametrization`), and a fixed parameter is a `.value` buffer. A load that asks for another form
+    (`from_pretrained(..., scoring_parametrization="exp")`, `ssa_learn_b=False`) or a config.json edited to say so
+    would otherwise reinterpret the numbers (b = 2 read back as 6.4) or reset them; here each saved value is
+    converted into the model's form. Scoring tensors the model has no place for (a checkpoint of another scoring
+    function, or its config edited) are refused."""
+    unexpected = {k for k in info.get("unexpected_keys", ()) if ".scoring." in f".{k}"}
+    prefix = getattr(model, "base_model_prefix", "") + "."
+    bare = lambda key: key[len(prefix):] if key.startswith(prefix) else key  # noqa: E731
+    if saved is not None:
+        config, tensors = saved
+        by_name = {bare(k): v for k, v in tensors.items()}
+        settings = resolve_settings(None, **{k: v for k, v in config.items() if k in default_settings() or k in OLD_NAMES})
+        for path, module in model.named_modules():
+            if not isinstance(module, ScoringParameters):
+                continue
+            for name, param in module.params.items():
+                base = bare(f"{path}.params.{name}")
+                stored = {form: by_name.get(f"{base}.{form}") for form in ("raw", "value")}
+                unexpected -= {k for k in unexpected if bare(k) in (f"{base}.raw", f"{base}.value")}
+                form = "raw" if stored["raw"] is not None else "value" if stored["value"] is not None else None
+                spec = module.specs[name]
+                saved_form = (form == "raw", spec.parametrization(settings) if form == "raw" else None)
+                if form is None or saved_form == (param.learnable, param.parametrization if param.learnable else None):
+                    continue  # not saved (its configured value), or saved in this model's form
+                if stored[form].numel() != param.source().numel():
+                    continue  # another granularity: transformers' size check has refused it already
+                value = ConstrainedParameter.value_of(stored[form], *saved_form, floor=spec.floor)
+                try:
+                    param.set_value(value)
+                except ValueError as error:
+                    raise ValueError(f"{type(model).__name__} from {source}: {base} was saved as "
+                                     f"{saved_form[1] or 'a fixed value'}; {error}") from None
+                logger.info("%s: saved as %s, converted to this model's %s", base, saved_form[1] or "a fixed value",
+                            param.parametrization if param.learnable else "fixed value")
+    if unexpected:
+        raise ValueError(
+            f"{type(model).__name__} from {source}: the checkpoint holds scoring parameters this model has no place "
+            f"for ({sorted(unexpected)[:4]}), attention_scoring={model.config.attention_scoring!r}: its config.json "
+            f"was edited or belongs to other weights, or the load changed attention_scoring. Load it as saved; to "
+            f"change the scoring function of a checkpoint use `ssa-hf convert`.")
+
+
 class SSAModelMixin:
     """Mixed into each ssa-hf PreTrainedModel: runs the configured scoring function whatever attention
     implementation name is asked for (or refuses), initialises the scoring parameters to their configured values,
@@ -146,10 +229,12 @@ class SSAModelMixin:
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        loaded = super().from_pretrained(*args, **kwargs)
-        model = loaded[0] if isinstance(loaded, tuple) else loaded
-        model.validate_scoring_parameters(source=args[0] if args else kwargs.get("pretrained_model_name_or_path"))
-        return loaded
+        wants_info = kwargs.get("output_loading_info", False)
+        model, info = super().from_pretrained(*args, **{**kwargs, "output_loading_info": True})
+        source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+        restore_saved_scoring(model, info, _saved_scoring(source, kwargs), source)
+        model.validate_scoring_parameters(source=source)
+        return (model, info) if wants_info else model
 
     def validate_scoring_parameters(self, source=None) -> None:
         """Raise ValueError naming every layer whose scoring parameters are not finite or out of range."""

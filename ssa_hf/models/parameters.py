@@ -189,6 +189,27 @@ class ConstrainedParameter(nn.Module):
         """The tensor the value is computed from (the raw parameter, or the buffer of a fixed value)."""
         return self.raw if self.learnable else self.value
 
+    @staticmethod
+    def value_of(stored: Tensor, learnable: bool, parametrization: str, floor: float = 0.0) -> Tensor:
+        """The value a stored tensor (`raw`, or the `value` buffer of a fixed parameter) stands for (float64)."""
+        stored = stored.detach().double()
+        if not learnable or parametrization == "raw":
+            return stored
+        return torch.exp(stored) if parametrization == "exp" else F.softplus(stored) + floor
+
+    def set_value(self, value: Tensor) -> None:
+        """Store `value` (per entry) in this parameter's own form; refuses a value its parametrization cannot hold
+        (at or below the floor under softplus, not positive under exp) rather than moving it."""
+        value = value.detach().double().reshape(self.source().shape)
+        if self.learnable and self.parametrization != "raw":
+            low = self.floor if self.parametrization == "softplus" else 0.0
+            if not bool((value > low).all()):
+                raise ValueError(f"value {value.tolist()} cannot be stored as {self.parametrization} (must be > {low:g})")
+            y = value - self.floor  # softplus^-1(y) = y + log(1 - e^-y), stable for small and large y
+            value = torch.log(value) if self.parametrization == "exp" else y + torch.log(-torch.expm1(-y))
+        with torch.no_grad():
+            self.source().copy_(value.to(self.source().dtype))
+
     def reset(self, init: float) -> None:
         """Set the value again (used by `_init_weights`)."""
         with torch.no_grad():

@@ -99,3 +99,75 @@ def test_validation_is_callable_on_a_model_in_memory():
         model.roberta.encoder.layer[0].attention.self.scoring.params["n"].raw.fill_(float("nan"))
     with pytest.raises(ValueError, match=r"roberta\.encoder\.layer\.0\.attention\.self\.scoring\.n: not finite"):
         model.validate_scoring_parameters()
+
+
+def _trained(family, scoring="ssa", **settings):
+    """A model whose scoring parameters moved away from their initial values (distinct per head)."""
+    model = build(family, scoring, **settings)
+    with torch.no_grad():
+        for path, values in model.scoring_parameters().items():
+            module = model.get_submodule(path)
+            for name, param in (module.params.items() if hasattr(module, "params") else ()):
+                param.set_value(torch.tensor(values[name]).double() * 1.3 + 0.1 * torch.arange(len(values[name])))
+    return model
+
+
+# loads asking for another storage of the scoring parameters than the checkpoint's
+STORAGE_CHANGES = {
+    "softplus -> exp": ({}, {"scoring_parametrization": "exp"}),
+    "softplus -> raw": ({}, {"scoring_parametrization": "raw"}),
+    "exp -> softplus": ({"scoring_parametrization": "exp"}, {"scoring_parametrization": "softplus"}),
+    "learned b -> fixed": ({}, {"ssa_learn_b": False}),
+    "fixed b -> learned": ({"ssa_learn_b": False}, {"ssa_learn_b": True}),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+@pytest.mark.parametrize("change", list(STORAGE_CHANGES))
+def test_saved_scoring_values_survive_a_load_in_another_storage(family, change, tmp_path):
+    saved_settings, load_settings = STORAGE_CHANGES[change]
+    model = _trained(family, **saved_settings)
+    model.save_pretrained(tmp_path)
+    loaded = auto_class(family).from_pretrained(tmp_path, **load_settings)
+    got, want = loaded.scoring_parameters(), model.scoring_parameters()
+    assert got.keys() == want.keys()
+    for layer in want:
+        for name in want[layer]:
+            assert got[layer][name] == pytest.approx(want[layer][name], rel=1e-6), (layer, name)
+
+
+def test_a_config_json_edited_to_fix_b_keeps_the_trained_b(tmp_path):
+    import json
+
+    model = _trained("llama")
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "ssa_learn_b": False}))
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert not loaded.model.layers[0].self_attn.scoring.params["b"].learnable
+    got = loaded.scoring_parameters()
+    for layer, values in model.scoring_parameters().items():
+        assert got[layer]["b"] == pytest.approx(values["b"], rel=1e-6) and got[layer]["n"] == values["n"]
+
+
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+def test_scoring_tensors_without_a_place_are_refused(family, tmp_path):
+    """An SSA checkpoint whose config.json was edited to softmax (or loaded as softmax) would run softmax over
+    SSA weights with their b and n dropped."""
+    import json
+
+    _trained(family).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "attention_scoring": "softmax"}))
+    with pytest.raises(ValueError, match="scoring parameters this model has no place for"):
+        auto_class(family).from_pretrained(tmp_path)
+
+
+def test_a_saved_value_the_new_storage_cannot_hold_is_refused(tmp_path):
+    """exp does not enforce n >= 1; softplus cannot hold n = 0.82: refused rather than moved."""
+    model = build("llama", "ssa", scoring_parametrization="exp")
+    with torch.no_grad():
+        model.model.layers[0].self_attn.scoring.params["n"].raw.fill_(-0.2)
+    model.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="saved as exp.*cannot be stored as softplus"):
+        AutoModelForCausalLM.from_pretrained(tmp_path, scoring_parametrization="softplus")
