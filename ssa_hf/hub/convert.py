@@ -305,6 +305,18 @@ def _output_check(source: _Source, target, matched: bool = False) -> dict[str, A
             "must_match": must_match, "tolerance": tolerance if must_match else None}
 
 
+def _refuse_link_out(src: Path, path: Path) -> None:
+    """A file of the source that is a link out of it is not copied (the copy would be a plain file holding, say, a
+    token, published by a later push); links into the blobs of a Hub cache snapshot are how the cache stores files."""
+    if not path.is_symlink():
+        return
+    root, target = src.resolve(), Path(os.path.realpath(path))
+    blobs = root.parent.parent / "blobs" if root.parent.name == "snapshots" else None
+    if not (target.is_relative_to(root) or (blobs is not None and target.is_relative_to(blobs))):
+        raise ConversionError(f"{path} is a link to {target}, outside the source folder; copy the file in "
+                              f"(or remove the link) if it belongs to the checkpoint")
+
+
 def _write_converted(target, src: Path, dst: Path, result: ConversionResult, *, overwrite: bool, card: bool,
                      base_model: str | None, license: str | None) -> None:
     """The converted model, tokenizer files, conversion record and card, appearing at `dst` at once."""
@@ -312,6 +324,7 @@ def _write_converted(target, src: Path, dst: Path, result: ConversionResult, *, 
         target.save_pretrained(tmp)
         for name in TOKENIZER_FILES:
             if (src / name).is_file():
+                _refuse_link_out(src, src / name)
                 shutil.copy2(src / name, tmp / name)
                 result.tokenizer_files.append(name)
         # the record travels with the checkpoint (also to the Hub): the source by folder name, not local path

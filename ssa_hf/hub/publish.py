@@ -177,6 +177,13 @@ def _links_out(folder: Path, files: Sequence[str], follow_links: bool) -> list[s
                              "that folder in (or remove the link)")
         if name in files:
             found.append(f"{name} -> {target}")
+    root = folder.resolve()
+    for name in files:  # a link to a file inside that push leaves out (.env) would upload it under this name
+        target = Path(os.path.realpath(folder / name))
+        if (folder / name).is_symlink() and target.is_relative_to(root) and target.relative_to(root).as_posix() not in files:
+            raise ValueError(f"{folder}: {name} is a link to {target.relative_to(root).as_posix()}, which push leaves "
+                             f"out (hidden, or matched by the ignore patterns); pushing would upload it under the "
+                             f"link's name. Replace the link by a copy of what should be published, or remove it")
     if found and not follow_links:
         raise ValueError(
             f"{folder}: {', '.join(found)}: link(s) leading out of the folder; pushing would upload what they point "
@@ -243,6 +250,31 @@ def _restored_on_failure(paths: Sequence[Path]) -> Iterator[None]:
         raise
 
 
+# what ssa_hf_card.json may hold, and of which types: the folder is untrusted, so its stored inputs are data only
+# (never a template, which huggingface_hub renders with unsandboxed Jinja, nor a path to read training or
+# evaluation records from)
+STORED_CARD_INPUTS = {"training": dict, "evaluation": list, "base_preset": str, "base_model": (str, list),
+                      "license": str, "language": (str, list), "model_name": str, "repo_id": str, "conversion": dict}
+
+
+def _stored_card_inputs(folder: Path) -> dict:
+    path = folder / CARD_INPUTS_FILE
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise ValueError(f"{path}: not a JSON file of card inputs ({error}); delete it or pass the card inputs") from None
+    if not isinstance(stored, dict):
+        raise ValueError(f"{path}: expected a JSON object of card inputs; delete it or pass the card inputs")
+    bad = sorted(k for k, v in stored.items() if k not in STORED_CARD_INPUTS
+                 or (v is not None and not isinstance(v, STORED_CARD_INPUTS[k])))
+    if bad:
+        raise ValueError(f"{path}: keys {bad} are not stored card inputs (known: {sorted(STORED_CARD_INPUTS)}, "
+                         f"training a mapping, evaluation a list); "
+                         f"ssa-hf never writes them (a template or a file path is never taken from a model folder): "
+                         f"delete the file or those keys")
+    return stored
+
+
 def _card_for_push(folder: Path, repo_id: str, refresh_card: bool, card_kwargs: dict):
     """(the card, whether it was rendered anew): rendered and written when the folder has none, with refresh_card
     or with card inputs; else the folder's card, checked offline."""
@@ -250,9 +282,7 @@ def _card_for_push(folder: Path, repo_id: str, refresh_card: bool, card_kwargs: 
 
     readme = folder / "README.md"
     if refresh_card or card_kwargs or not readme.is_file():
-        previous = {}
-        if (folder / CARD_INPUTS_FILE).is_file():
-            previous = json.loads((folder / CARD_INPUTS_FILE).read_text(encoding="utf-8"))
+        previous = _stored_card_inputs(folder) if (folder / CARD_INPUTS_FILE).is_file() else {}
         return write_model_card(folder, **{**previous, **card_kwargs, "repo_id": repo_id}), True
     card = ModelCard.load(readme)
     validate_model_card(card)
@@ -295,7 +325,8 @@ def push_to_hub(
     """
     from huggingface_hub import HfApi, constants, get_token
 
-    folder = Path(folder)
+    # one absolute path for the checks and the upload (huggingface_hub expands "~" in what it is given)
+    folder = Path(os.path.abspath(Path(folder).expanduser()))
     if not re.fullmatch(r"[\w.\-]+/[\w.\-]+|[\w.\-]+", repo_id or ""):
         raise ValueError(f"repo_id {repo_id!r} is not a Hub repository id (namespace/name)")
     if not folder.is_dir():

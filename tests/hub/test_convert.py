@@ -272,3 +272,26 @@ def test_convert_command(sources, tmp_path, capsys):
     assert ModelCard.load(dst / "README.md").data.license == "apache-2.0"
     assert cli(["convert", str(sources["roberta"][0]), str(dst)]) == 2
     assert "already exists" in capsys.readouterr().err
+
+
+def test_a_source_file_linked_out_of_the_source_is_not_copied(sources, tmp_path):
+    """A tokenizer file that links out (to a token, say) would become a plain file of the converted folder, which a
+    later push publishes; a Hub cache snapshot's links into its blobs are allowed."""
+    import shutil
+
+    source = tmp_path / "source"
+    shutil.copytree(sources["llama"][0], source)
+    secret = tmp_path / "token"
+    secret.write_text("hf_secret")
+    (source / "tokenizer.model").symlink_to(secret)
+    with pytest.raises(ConversionError, match="tokenizer.model is a link to .*outside the source folder"):
+        convert_checkpoint(source, tmp_path / "out", "ssa")
+    assert not (tmp_path / "out").exists()
+    cache = tmp_path / "models--x" / "snapshots" / "abc"
+    blobs = tmp_path / "models--x" / "blobs"
+    shutil.copytree(sources["llama"][0], cache)
+    blobs.mkdir()
+    (cache / "tokenizer.json").rename(blobs / "b1")
+    (cache / "tokenizer.json").symlink_to(blobs / "b1")
+    convert_checkpoint(cache, tmp_path / "out2", "ssa")
+    assert (tmp_path / "out2" / "tokenizer.json").read_bytes() == (blobs / "b1").read_bytes()

@@ -126,3 +126,40 @@ def test_a_push_refused_before_the_hub_changes_nothing(ssa_checkpoint, hub_recor
     assert cli(["push", str(ssa_checkpoint), "someone/tiny-ssa", "--refresh-card"]) == 2
     assert "no Hugging Face token" in capfd.readouterr().err
     assert (ssa_checkpoint / "README.md").read_bytes() == readme and hub_recorder == []
+
+
+@pytest.mark.parametrize("stored", [{"template": "evil_template.md"}, {"training": "/etc/hostname"},
+                                    {"evaluation": "/etc/hostname"}, {"unknown": 1}],
+                         ids=["template", "training-path", "evaluation-path", "unknown-key"])
+def test_stored_card_inputs_are_data_only(stored, ssa_checkpoint, hub_recorder):
+    """ssa_hf_card.json comes with the (untrusted) folder: a template there would be rendered by unsandboxed Jinja,
+    a path would be read and published; both are refused before anything is rendered."""
+    (ssa_checkpoint / "evil_template.md").write_text("{{ cycler.__init__.__globals__.os.system('touch pwned') }}")
+    (ssa_checkpoint / "ssa_hf_card.json").write_text(json.dumps(stored))
+    before = (ssa_checkpoint / "README.md").read_bytes()
+    with pytest.raises(ValueError, match="not stored card inputs"):
+        push_to_hub(ssa_checkpoint, "someone/x", dry_run=True, refresh_card=True)
+    assert (ssa_checkpoint / "README.md").read_bytes() == before and not Path("pwned").exists()
+    assert hub_recorder == []
+
+
+def test_a_link_to_a_file_push_leaves_out_is_refused(ssa_checkpoint, hub_recorder):
+    (ssa_checkpoint / ".env").write_text(f"HF_TOKEN={SECRET}")
+    (ssa_checkpoint / "generation_notes.txt").symlink_to(".env")
+    with pytest.raises(ValueError, match="generation_notes.txt is a link to .env, which push leaves out"):
+        push_to_hub(ssa_checkpoint, "someone/x", dry_run=True)
+    (ssa_checkpoint / "notes_copy.txt").symlink_to("config.json")  # a link to a file that is published anyway
+    (ssa_checkpoint / "generation_notes.txt").unlink()
+    assert "notes_copy.txt" in push_to_hub(ssa_checkpoint, "someone/x", dry_run=True).files
+
+
+def test_a_folder_given_with_a_tilde_is_checked_where_it_is_uploaded_from(ssa_checkpoint, hub_recorder, monkeypatch,
+                                                                          tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    ssa_checkpoint.rename(home / "model")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "~" / "model").mkdir(parents=True)  # a folder literally named "~/model" here: not what is pushed
+    result = push_to_hub("~/model", "someone/x", dry_run=True)
+    assert Path(result.folder) == (home / "model").resolve() and "model.safetensors" in result.files
