@@ -38,6 +38,10 @@ STANDARD_IMPLEMENTATION_ALIASES = {"eager": "ssa_eager", "sdpa": "ssa_auto", "fl
 IMPLEMENTATIONS_WITH_WEIGHTS = (None, "eager", "ssa_eager", "ssa_auto")
 
 
+# each family's attention-dropout field (Llama, RoBERTa, GPT-2)
+ATTENTION_DROPOUT_FIELDS = ("attention_dropout", "attention_probs_dropout_prob", "attn_pdrop")
+
+
 def _old_name(old: str, new: str) -> property:
     """`config.<old>` reads and writes `config.<new>`: configs saved before the rename load (transformers sets
     unknown keyword arguments as attributes), and preset files and overrides may still use the old name."""
@@ -82,6 +86,11 @@ class _ScoringConfigMethods:
                 f"attention_scoring: a list needs one name per head ({self.num_attention_heads}), got {len(names)}"
             )
         validate_settings(self.scoring_settings())
+        for field in ATTENTION_DROPOUT_FIELDS:  # the attention functions refuse these too, at call time
+            value = getattr(self, field, None)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0.0 <= value < 1.0):
+                raise ValueError(f"{field} must be a probability in [0, 1) (0 turns attention dropout off), got {value!r}")
 
     def _validate_aliases(self) -> None:
         from .attention import IMPLEMENTATIONS

@@ -400,6 +400,19 @@ def test_invalid_config_names_the_field(family, overrides, field):
         tiny_config(family, **overrides)
 
 
+DROPOUT_FIELD = {"llama": "attention_dropout", "bert": "attention_probs_dropout_prob", "gpt2": "attn_pdrop"}
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.0, 1.5])
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+def test_attention_dropout_outside_a_probability_is_refused(family, value):
+    """-0.1 would train without dropout, 1.0 zero every attention output: refused when the config is built."""
+    field = DROPOUT_FIELD[family]
+    with pytest.raises(ValueError, match=f"{field} must be a probability in \\[0, 1\\)"):
+        tiny_config(family, **{field: value})
+    assert getattr(tiny_config(family, **{field: 0.25}), field) == 0.25
+
+
 def test_every_family_has_a_tiny_config():
     assert set(TINY_CONFIGS) == set(FAMILIES_UNDER_TEST)
 
