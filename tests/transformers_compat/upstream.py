@@ -13,6 +13,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -32,6 +33,32 @@ GLUE_MODULE = "transformers_upstream_glue"
 _MARKER_FILE = FOLDER / "tests" / "test_modeling_common.py"
 
 
+def required_transformers_version() -> str | None:
+    """The transformers release the folder's files belong to, as its SOURCE.md states it ("meant to be run with the
+    installed **transformers X**"), or None when the folder does not say."""
+    source = FOLDER / "SOURCE.md"
+    if not source.is_file():
+        return None
+    match = re.search(r"run with the installed \*\*transformers ([0-9][0-9A-Za-z.+-]*)\*\*", source.read_text())
+    return match.group(1) if match else None
+
+
+def version_mismatch() -> str | None:
+    """Why the installed transformers cannot run the folder's files, or None. The upstream test files import
+    helpers of transformers.testing_utils that come and go between releases (5.25 dropped one that 5.24's
+    test_modeling_common.py imports), so they run only with the release they were taken from."""
+    import transformers
+
+    required = required_transformers_version()
+    if required is None or transformers.__version__ == required:
+        return None
+    return (
+        f"the transformers tests in {FOLDER} are those of transformers {required} (its SOURCE.md), but transformers "
+        f"{transformers.__version__} is installed; run them with that release: pip install 'transformers=={required}' "
+        "(.ci/run does this before this step)"
+    )
+
+
 def missing_reason() -> str | None:
     """Why the upstream tests cannot run here, or None."""
     if not _MARKER_FILE.is_file():
@@ -42,6 +69,11 @@ def missing_reason() -> str | None:
     if importlib.util.find_spec("parameterized") is None:
         return "transformers' model tests need the `parameterized` package: pip install 'ssa-hf[dev]'"
     return None
+
+
+if __name__ == "__main__":
+    # `python tests/transformers_compat/upstream.py`: the transformers release the folder needs (.ci/run installs it)
+    print(required_transformers_version() or "")
 
 
 def load_glue():
