@@ -146,6 +146,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"ssa-hf {args.command}: error: {message}", file=sys.stderr)
         return 2
+    except Exception as error:  # a damaged weight file read where no check named it first: still one line
+        if type(error).__name__ != "SafetensorError":
+            raise
+        print(f"ssa-hf {args.command}: error: a safetensors file is damaged or truncated ({error}): copy or "
+              "download it again", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from lm_eval.models.huggingface import HFLM
 
 import ssa_hf  # noqa: F401  (registers the ssa-hf configs and models with transformers' Auto classes)
 
-from ..hub.folders import safe_weights_kwargs
+from ..hub.folders import refuse_stock_class_for_scoring_weights, safe_weights_kwargs
 
 LM_EVAL_MODEL_NAME = "ssa-hf"
 
@@ -64,6 +64,7 @@ class SSAHFLM(HFLM):
                 raise _masked_lm_error(type(pretrained).__name__, pretrained.config)
         else:  # (no pickled weights opened unless asked)
             kwargs.update(safe_weights_kwargs(pretrained, kwargs.get("trust_remote_code", False)))
+            refuse_stock_class_for_scoring_weights(pretrained, kwargs.get("trust_remote_code", False))
         super().__init__(pretrained=pretrained, device=device, backend=backend, **kwargs)
 
     def _get_config(self, pretrained, *args, **kwargs):

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.sources import TextSource, iter_texts
-from ..hub.folders import safe_weights_kwargs
+from ..hub.folders import refuse_stock_class_for_scoring_weights, safe_weights_kwargs
 from ..reporting import OutputDir, markdown_table
 from .config import PerplexityConfig
 
@@ -226,6 +226,7 @@ def evaluate_perplexity(model_path: str, data: str | list[str] | None = None, *,
 
     trust = config.trust_remote_code
     weights = safe_weights_kwargs(model_path, trust)  # (a folder of pickled weights: one line, before any other work)
+    refuse_stock_class_for_scoring_weights(model_path, trust)
     if Path(model_path).exists():
         check_tokenizer(*resolve_model(model_path), config.tokenizer)  # ssa-hf's message, not a tokenizer library's
     model_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust)

@@ -296,7 +296,7 @@ def load_probe_model(config: ProbeConfig, model: str):
     import ssa_hf  # noqa: F401  (registers the ssa-hf model classes)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
-    from ..hub.folders import safe_weights_kwargs
+    from ..hub.folders import refuse_stock_class_for_scoring_weights, safe_weights_kwargs
     from .lm_eval_model import is_masked_lm_config
 
     hint = " (a checkpoint folder needs config.json, weights and a tokenizer; a Hub id needs network access or a cached copy)"
@@ -308,6 +308,7 @@ def load_probe_model(config: ProbeConfig, model: str):
         tokenizer = AutoTokenizer.from_pretrained(config.tokenizer or model, trust_remote_code=config.trust_remote_code)
     except (OSError, ValueError, ImportError) as error:
         raise ValueError(f"cannot load model {model!r}: {error}{hint}") from error
+    refuse_stock_class_for_scoring_weights(model, config.trust_remote_code)
     kind = config.kind
     if kind == "auto":
         kind = "mlm" if is_masked_lm_config(model_config) else "causal"

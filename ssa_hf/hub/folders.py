@@ -55,10 +55,11 @@ class PickledWeightsError(ValueError):
 def safe_weights_kwargs(model: str | os.PathLike, trust_remote_code: bool = False, flag: str | None = "--trust-remote-code") -> dict:
     """What every loader of a model passes to `from_pretrained`: `use_safetensors=True` unless the user asked
     (`trust_remote_code`), so that a pickle file (pytorch_model.bin: unpickling can run code) is never opened. A
-    local folder holding only pickled weights gets one line instead of transformers' traceback."""
+    local folder holding only pickled weights, or a damaged safetensors file, gets one line instead of a traceback."""
+    folder = Path(model)
+    check_weight_files(folder)
     if trust_remote_code:
         return {}
-    folder = Path(model)
     if folder.is_dir() and not any(folder.glob("*.safetensors")):
         pickled = sorted(p.name for pattern in PICKLED_WEIGHTS for p in folder.glob(pattern))
         if pickled:
@@ -68,6 +69,50 @@ def safe_weights_kwargs(model: str | os.PathLike, trust_remote_code: bool = Fals
                 f"when loaded; ssa-hf does not open them): save the model again with save_pretrained (safetensors) "
                 f"where you trust it{ask}")
     return {"use_safetensors": True}
+
+
+def check_weight_files(folder: Path) -> None:
+    """Refuse a local folder whose safetensors files do not open (a truncated download or copy, a file that is not
+    safetensors): the header and the extent it declares are checked, not the values."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in weight_files(folder) if folder.is_dir() else []:
+        try:
+            with safe_open(str(path), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as error:
+            raise ValueError(f"{path}: not a readable safetensors file ({error}); it is damaged or truncated: "
+                             "copy or download it again") from None
+
+
+def refuse_stock_class_for_scoring_weights(model: str | os.PathLike, trust_remote_code: bool = False) -> None:
+    """Refuse a local folder whose weights hold scoring parameters (an ssa-hf checkpoint) but whose config.json names
+    a stock transformers model type: loading it runs transformers' own class, i.e. softmax attention with the
+    scoring tensors dropped as unexpected keys. (Remote code the user trusts may hold such tensors itself.)"""
+    from safetensors import SafetensorError, safe_open
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    folder = Path(model)
+    if not (folder / "config.json").is_file():
+        return
+    raw = read_config_json(folder)
+    model_type = raw.get("model_type")
+    if model_type in FAMILIES or model_type not in CONFIG_MAPPING_NAMES or (trust_remote_code and raw.get("auto_map")):
+        return
+    scoring = []
+    for path in weight_files(folder):
+        try:
+            with safe_open(str(path), framework="pt") as weights:
+                scoring += [key for key in weights.keys() if ".scoring." in f".{key}"]
+        except (SafetensorError, OSError):
+            return  # a damaged file: the load reports it
+    if scoring:
+        families = ", ".join(repr(name) for name in FAMILIES)
+        raise ValueError(
+            f"{folder}: its weights hold SSA scoring parameters ({len(scoring)} tensors, e.g. {scoring[0]}) but its "
+            f"config.json says model_type {model_type!r}, which loads transformers' stock class: softmax attention, "
+            f"the scoring parameters dropped. Restore the config.json saved with these weights (model_type one of "
+            f"{families}).")
 
 
 def load_ssa_config(folder: str | os.PathLike):

@@ -28,7 +28,7 @@ import torch
 from ..reporting import ProgressLines, atomic_folder, atomic_write_json, remove_stale_temporaries
 from ..train.checkpoint import verify_checkpoint, write_manifest
 from ..train.lock import RunLock
-from ..train.state import NonFiniteError, capture_state, load_state, non_finite_tensors, read_process_json, write_state
+from ..train.state import CheckpointError, NonFiniteError, capture_state, load_state, non_finite_tensors, read_process_json, write_state
 from .config import ICLModelConfig, TrainConfig
 from .model import ICLModel
 from .registry import ALIASES, get_task
@@ -121,12 +121,17 @@ class TrainingState:
         self.step = 0
         self.history: list[dict] = []
         self.train_seconds = 0.0
+        # the logging window a checkpoint is saved inside (sum of its float32 step losses, exact in JSON): a resumed
+        # run logs the same window loss as an uninterrupted one
+        self.window_sum, self.window_steps = 0.0, 0
 
     def state_dict(self) -> dict:
         return {
             "step": self.step,
             "history": self.history,
             "train_seconds": self.train_seconds,
+            "window_loss_sum": self.window_sum,
+            "window_steps": self.window_steps,
             "generator": base64.b64encode(self.generator.get_state().numpy().tobytes()).decode("ascii"),
         }
 
@@ -134,6 +139,13 @@ class TrainingState:
         self.step = int(state["step"])
         self.history = list(state["history"])
         self.train_seconds = float(state["train_seconds"])
+        window_sum, window_steps = state.get("window_loss_sum", 0.0), state.get("window_steps", 0)  # (older: none)
+        if (isinstance(window_sum, bool) or not isinstance(window_sum, (int, float)) or not math.isfinite(window_sum)
+                or isinstance(window_steps, bool) or not isinstance(window_steps, int)
+                or not 0 <= window_steps <= self.step):
+            raise ValueError(f"the logging window (window_loss_sum={window_sum!r}, window_steps={window_steps!r}) is "
+                             "not a finite loss sum and a step count")
+        self.window_sum, self.window_steps = float(window_sum), window_steps
         raw = bytearray(base64.b64decode(state["generator"], validate=True))
         self.generator.set_state(torch.frombuffer(raw, dtype=torch.uint8))
 
@@ -240,6 +252,18 @@ def _progress(spec: RunSpec, step: int, progress: bool, position: int):
     return bar, ProgressLines(logger, enabled=not progress)
 
 
+def _resume(checkpoint: Path, spec: RunSpec, accelerator, model, optimizer, scheduler, state: TrainingState) -> None:
+    _check_resumable(checkpoint, spec)
+    load_state(checkpoint, accelerator, model, optimizer, scheduler)
+    try:
+        state.load_state_dict(read_process_json(checkpoint, _TRAINING, 0))
+    except (KeyError, TypeError, ValueError) as error:  # (binascii.Error is a ValueError)
+        raise CheckpointError(f"{checkpoint}/{_TRAINING}_rank0.json: {error}; the checkpoint is damaged: delete "
+                              f"{checkpoint} to train the run again") from None
+    _check_resumable(checkpoint, spec, steps_done=state.step)  # for checkpoints without trained_steps
+    logger.info("%s: resuming from step %d (%s)", spec.name, state.step, checkpoint)
+
+
 def _train_locked(spec: RunSpec, run_dir: Path, device: str, progress: bool, stop_at: int | None, position: int):
     from accelerate import Accelerator
     from transformers import get_constant_schedule_with_warmup
@@ -254,18 +278,15 @@ def _train_locked(spec: RunSpec, run_dir: Path, device: str, progress: bool, sto
     checkpoint = find_checkpoint(run_dir)
     resumed_from = None
     if checkpoint is not None:
-        _check_resumable(checkpoint, spec)
-        load_state(checkpoint, accelerator, model, optimizer, scheduler)
-        state.load_state_dict(read_process_json(checkpoint, _TRAINING, 0))
-        _check_resumable(checkpoint, spec, steps_done=state.step)  # for checkpoints without trained_steps
+        _resume(checkpoint, spec, accelerator, model, optimizer, scheduler, state)
         resumed_from = state.step
-        logger.info("%s: resuming from step %d (%s)", spec.name, state.step, checkpoint)
 
     total = spec.train.steps if stop_at is None else min(spec.train.steps, stop_at)
     task = get_task(spec.task)
     bar, lines = _progress(spec, state.step, progress, position)
     model.train()
-    window, window_steps = torch.zeros((), device=accelerator.device), 0
+    window = torch.tensor(state.window_sum, dtype=torch.float32, device=accelerator.device)
+    window_steps = state.window_steps
     started = time.perf_counter()
     steps_here = 0
     while state.step < total:
@@ -298,6 +319,7 @@ def _train_locked(spec: RunSpec, run_dir: Path, device: str, progress: bool, sto
         if state.step % spec.train.checkpoint_every == 0 or state.step == total:
             state.train_seconds += time.perf_counter() - started
             started = time.perf_counter()
+            state.window_sum, state.window_steps = float(window), window_steps
             save_checkpoint(accelerator, run_dir, spec, model, optimizer, scheduler, state)
     bar.close()
     state.train_seconds += time.perf_counter() - started if steps_here else 0.0

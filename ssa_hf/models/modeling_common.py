@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 import torch
 from torch import nn
@@ -103,6 +104,21 @@ def _check_scoring_runs(model, args) -> None:
 _UNREAD = object()
 
 
+def built_scoring_per_head(model: nn.Module) -> list[str] | None:
+    """The scoring function each head of the model's attention layers was built with (every layer is built from the
+    same config), or None for a model without scoring modules."""
+    for module in model.modules():
+        if isinstance(module, MixedScoringParameters):
+            return list(module.names)
+        if isinstance(module, ScoringParameters):
+            return [module.scoring] * model.config.num_attention_heads
+    return None
+
+
+def _scoring_text(names: list[str]) -> str:
+    return repr(names[0]) if len(set(names)) == 1 else f"the per-head list {names!r}"
+
+
 def scoring_parameter_problems(model: nn.Module) -> list[str]:
     """Every scoring parameter whose value is not finite or out of its range, as 'module.name: reason' lines."""
     return [line for path, module in model.named_modules() if isinstance(module, ScoringParameters)
@@ -143,6 +159,24 @@ def _saved_scoring(source, kwargs: dict) -> tuple[dict, dict] | None:
                 if ".scoring." in f".{key}":
                     tensors[key] = weights.get_tensor(key)
     return config, tensors
+
+
+# the config fields that set weight shapes (those of all three families)
+_SIZE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "max_position_embeddings", "type_vocab_size", "n_embd", "n_layer",
+                "n_head", "n_inner", "n_positions")
+
+
+def _fields_lacking(source, config_class) -> list[str]:
+    """The weight-shape fields of `config_class` that a local folder's config.json leaves out (its class default
+    is then used; a Hub id is not looked up again)."""
+    try:
+        with open(os.path.join(str(source), "config.json"), encoding="utf-8") as handle:
+            raw = json.load(handle)
+    except (OSError, ValueError, TypeError):
+        return []
+    known = config_class().to_dict() if isinstance(raw, dict) else {}
+    return [field for field in _SIZE_FIELDS if field in known and field not in raw]
 
 
 def restore_saved_scoring(model: nn.Module, info: dict, saved: tuple[dict, dict] | None, source=None) -> None:
@@ -211,12 +245,29 @@ class SSAModelMixin:
         A standard name set on the config by hand (`model.config._attn_implementation = "eager"`, which transformers
         would call as it is, i.e. softmax) is first mapped as a request of it is (eager -> ssa_eager, sdpa ->
         ssa_auto), so that it never runs softmax in place of the configured scoring function."""
+        self.check_built_scoring()
         current = self.config._attn_implementation
         mapped = resolve_implementation(self.config, current)
         if mapped != current and mapped in IMPLEMENTATIONS:
             logger.info("config._attn_implementation=%r set by hand runs ssa-hf's %r", current, mapped)
             self.config._attn_implementation = mapped
         check_implementation(self.config, self.config._attn_implementation, aliases=False)
+
+    def check_built_scoring(self) -> None:
+        """Refuse a config whose attention_scoring differs from the scoring function the layers were built with."""
+        built, configured = built_scoring_per_head(self), self.config.scoring_per_head()
+        if built is not None and built != configured:
+            raise ValueError(
+                f"config.attention_scoring is {self.config.attention_scoring!r} but this {type(self).__name__} was "
+                f"built with {_scoring_text(built)} (its layers hold that function's parameters, and it would keep "
+                f"running it): the field was edited on a built model. Build a new model from the edited config "
+                f"(`{type(self).__name__}(config)` or `from_config`), or turn a trained checkpoint into another scoring "
+                f"function with `ssa-hf convert`; set the field back to run this one."
+            )
+
+    def save_pretrained(self, *args, **kwargs):
+        self.check_built_scoring()  # a config.json that names another function than the saved weights hold
+        return super().save_pretrained(*args, **kwargs)
 
     def _init_weights(self, module):
         if isinstance(module, ConstrainedParameter):
@@ -230,8 +281,18 @@ class SSAModelMixin:
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
         wants_info = kwargs.get("output_loading_info", False)
-        model, info = super().from_pretrained(*args, **{**kwargs, "output_loading_info": True})
         source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+        try:
+            model, info = super().from_pretrained(*args, **{**kwargs, "output_loading_info": True})
+        except RuntimeError as error:
+            if "ignore_mismatched_sizes" not in str(error):
+                raise
+            missing = _fields_lacking(source, cls.config_class)
+            lacking = f"; its config.json lacks {', '.join(missing)} (the class defaults were used)" if missing else ""
+            raise ValueError(
+                f"{cls.__name__} from {source}: the weights' shapes do not match the model its config.json "
+                f"describes{lacking}. Restore the config.json saved with these weights (transformers logged the "
+                f"mismatched tensors above)") from None
         restore_saved_scoring(model, info, _saved_scoring(source, kwargs), source)
         model.validate_scoring_parameters(source=source)
         return (model, info) if wants_info else model

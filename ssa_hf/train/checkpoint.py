@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -259,7 +260,26 @@ def read_trainer_state(checkpoint: Path) -> dict[str, Any]:
     if problem is not None:
         raise CheckpointError(f"{path}: {problem} is not a whole number >= 0 (one per process); the checkpoint is "
                               "damaged: resume from another one (--resume PATH)")
+    if "logging_window" in state and not _valid_window(state["logging_window"], processes, whole):
+        raise CheckpointError(f"{path}: logging_window is not the state of a logging window (steps, seconds and one "
+                              "finite loss sum, step count and token count per process); the checkpoint is damaged: "
+                              "resume from another one (--resume PATH)")
     return state
+
+
+def _valid_window(window: Any, processes: int, whole) -> bool:
+    # (saved by loop.Report.window_state; checkpoints written before it have none: an empty window)
+    if not isinstance(window, dict) or not whole(window.get("steps")):
+        return False
+    seconds = window.get("seconds")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
+        return False
+    per_process = [window.get(k) for k in ("loss_sum_per_process", "counted_per_process", "tokens_per_process")]
+    if not all(isinstance(v, list) and len(v) == processes for v in per_process):
+        return False
+    sums, counted, tokens = per_process
+    return (all(not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) for v in sums)
+            and all(whole(v) and v <= window["steps"] for v in counted) and all(map(whole, tokens)))
 
 
 def load_checkpoint(accelerator, checkpoint: Path, model, optimizer, scheduler) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -33,6 +33,7 @@ from .metrics import (
     distributed_summary,
     export_final,
     full_tensor,
+    gather_floats,
     gather_ints,
     push_final,
     read_history,
@@ -119,12 +120,33 @@ class Report:
         self.loss.zero_()
         self.steps, self.counted, self.tokens = 0, 0, 0
 
+    def window_state(self, accelerator) -> dict[str, Any]:
+        """The logging window in progress, for a checkpoint (collective): a run resumed from it logs the window's
+        loss over all its steps, as the uninterrupted run does, not over those after the resume only."""
+        return {
+            "steps": self.steps,
+            "seconds": time.perf_counter() - self.started,
+            "loss_sum_per_process": gather_floats(accelerator, float(self.loss)),
+            "counted_per_process": gather_ints(accelerator, self.counted),
+            "tokens_per_process": gather_ints(accelerator, self.tokens),
+        }
+
+    def resume(self, window: dict[str, Any] | None, rank: int) -> None:
+        """Continue the window a checkpoint was saved inside (`window_state`; None: an empty one)."""
+        if not window or not window["steps"]:
+            return
+        self.loss.fill_(window["loss_sum_per_process"][rank])
+        self.steps, self.counted = window["steps"], window["counted_per_process"][rank]
+        self.tokens = window["tokens_per_process"][rank]
+        self.started = time.perf_counter() - window["seconds"]
+
 
 def train(run: Run) -> Report:
     """Steps until `stop_after_steps` (or `max_steps`), each followed by the logging, validation and checkpoint
     it is due for."""
     config = run.config
     report = Report(loss=torch.zeros((), device=run.accelerator.device))
+    report.resume(run.open_window, run.accelerator.process_index)
     progress = progress_bar(run)
     run.model.train()
     if config.eval_at_start and run.step == 0 and run.validation:
@@ -149,7 +171,7 @@ def train(run: Run) -> Report:
             log(run, {"eval_loss": report.last_eval["loss"], "eval_perplexity": report.last_eval["perplexity"],
                       "eval_tokens": report.last_eval["tokens"]})
         if (config.save_steps and run.step % config.save_steps == 0) or is_last:
-            save(run)
+            save(run, report)
         if report.steps == 0:
             report.started = time.perf_counter()  # the next window starts after logging, evaluating and saving
     progress.close()
@@ -347,7 +369,7 @@ def log_training(run: Run, report: Report, step_loss: torch.Tensor, grad_norm, p
     report.reset()
 
 
-def save(run: Run) -> None:
+def save(run: Run, report: Report) -> None:
     """A checkpoint of this step (collective; the main process writes it)."""
     accelerator, config = run.accelerator, run.config
     tokens_per_process = gather_ints(accelerator, run.tokens_local)
@@ -360,6 +382,7 @@ def save(run: Run) -> None:
         "examples_seen_per_process": gather_ints(accelerator, run.examples_seen),
         "skipped_nonfinite_steps": run.skipped_steps,
         "rejected_scoring_updates": run.rejected_scoring_updates,
+        "logging_window": report.window_state(accelerator),
         "run_name": run.run_name,
         "config": config.to_dict(),
     }
@@ -384,8 +407,19 @@ def finish(run: Run, report: Report) -> PretrainResult:
     if run.main and config.push_to_hub and final_dir is not None:
         push_final(final_dir, config)
     accelerator.wait_for_everyone()
+    release_training_objects(run)
     accelerator.end_training()  # closes the trackers (and, when distributed, the process group): last
     return result
+
+
+def release_training_objects(run: Run) -> None:
+    """Drop the prepared model, optimizer and schedule before the process group is destroyed. DDP's Reducer holds
+    the group: when the Reducer's deallocation drops the group's last reference (after `destroy_process_group`), it
+    joins gloo's worker threads holding the GIL, and a worker still freeing a finished collective's tensors waits
+    for the GIL: both hang (seen here: one of two CPU processes hung at exit in 1 run of 3 on a loaded machine).
+    Dropped first, the group's last reference is torch's own, whose destructor releases the GIL."""
+    run.model = run.prepared = run.optimizer = run.scheduler = None
+    run.accelerator.free_memory()  # accelerate's references, and a garbage collection for any cycle through them
 
 
 def run_metrics(run: Run, report: Report) -> dict[str, Any]:

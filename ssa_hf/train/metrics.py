@@ -117,6 +117,12 @@ def gather_ints(accelerator, value: int) -> list[int]:
     return [int(v) for v in accelerator.gather(torch.tensor([value], device=accelerator.device)).tolist()]
 
 
+def gather_floats(accelerator, value: float) -> list[float]:
+    """`value` of every process, in float64 (collective; a float32 sum comes back exactly)."""
+    tensor = torch.tensor([value], dtype=torch.float64, device=accelerator.device)
+    return [float(v) for v in accelerator.gather(tensor).tolist()]
+
+
 def truncate_history(path: Path, step: int) -> None:
     """Drop the records written after the checkpoint a run resumes from."""
     if not path.is_file():

@@ -56,6 +56,7 @@ class Run:
     examples_seen: int = 0
     skipped_steps: int = 0
     rejected_scoring_updates: int = 0  # scoring updates undone under --skip_nonfinite_steps (loop.scoring_update_valid)
+    open_window: dict[str, Any] | None = None  # the logging window a checkpoint was saved inside (loop.Report.resume)
     history: list[dict[str, Any]] = field(default_factory=list)
     first_indices: list[int] | None = None
 
@@ -149,6 +150,7 @@ def restore(run: Run, checkpoint: Path) -> None:
     run.rejected_scoring_updates = int(trainer_state.get("rejected_scoring_updates", 0))
     run.tokens_local = int(trainer_state["tokens_seen_per_process"][rank])
     run.examples_seen = int(trainer_state["examples_seen_per_process"][rank])
+    run.open_window = trainer_state.get("logging_window")
     run.stream.load_state_dict(data_state)
     if run.main:
         truncate_history(run.output_dir / "log_history.jsonl", run.step)

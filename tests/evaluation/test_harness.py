@@ -296,3 +296,27 @@ def test_config_from_yaml_with_overrides(tmp_path):
     path.write_text("model: m\ntask: boolq\n")
     with pytest.raises(ValueError, match=r"eval.yaml: unknown config key 'task'; did you mean 'tasks'\?"):
         EvalConfig.from_yaml(path)
+
+
+@pytest.mark.parametrize("loader", ["lm-eval", "perplexity", "probe"])
+def test_ssa_weights_under_a_stock_model_type_are_refused(loader, ssa_causal_dir, data_dir, tmp_path):
+    """config.json saying model_type 'llama' beside SSA weights would load transformers' LlamaForCausalLM: softmax
+    attention, the scoring tensors dropped as unexpected keys. Every evaluation loader refuses it."""
+    import shutil
+
+    from ssa_hf.evaluation.config import ProbeConfig
+    from ssa_hf.evaluation.lm_eval_model import SSAHFLM
+    from ssa_hf.evaluation.perplexity import evaluate_perplexity
+    from ssa_hf.evaluation.zorro import load_probe_model
+
+    folder = shutil.copytree(ssa_causal_dir, tmp_path / "relabelled")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "ssa_llama"
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    load = {
+        "lm-eval": lambda: SSAHFLM(pretrained=str(folder), device="cpu"),
+        "perplexity": lambda: evaluate_perplexity(str(folder), data=str(data_dir / "boolq"), device="cpu"),
+        "probe": lambda: load_probe_model(ProbeConfig(model=str(folder), device="cpu"), str(folder)),
+    }[loader]
+    with pytest.raises(ValueError, match="holds? SSA scoring parameters.*model_type 'llama'.*softmax"):
+        load()

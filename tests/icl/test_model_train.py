@@ -97,6 +97,47 @@ def test_resume_after_a_stop_is_exact(tmp_path):
     assert again.resumed_from == 4 and again.history == result.history
 
 
+def test_a_kill_inside_a_logging_window_resumes_its_logged_loss(tmp_path, monkeypatch):
+    """A checkpoint saved between two logging steps keeps the window's loss sum: the resumed run logs what the
+    uninterrupted run logs (before, the window restarted at the resume)."""
+    import ssa_hf.icl.train as icl_train
+
+    spec = tiny_spec(steps=4, checkpoint_every=2, log_every=4)
+    _, straight = train_run(spec, tmp_path / "a", device="cpu", progress=False)
+    original, calls = icl_train.save_checkpoint, []
+
+    def killed_at_the_second_save(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the process dies at step 4, its checkpoint still the one of step 2
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(icl_train, "save_checkpoint", killed_at_the_second_save)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(spec, tmp_path / "b", device="cpu", progress=False)
+    monkeypatch.setattr(icl_train, "save_checkpoint", original)
+    training_state = json.loads((tmp_path / "b" / CHECKPOINT / "training_state_rank0.json").read_text())
+    assert training_state["step"] == 2 and training_state["window_steps"] == 2
+    _, resumed = train_run(spec, tmp_path / "b", device="cpu", progress=False)
+    assert resumed.resumed_from == 2 and [h["step"] for h in resumed.history] == [4]
+    assert resumed.history == straight.history and resumed.final_loss == straight.final_loss
+
+
+@pytest.mark.parametrize("damage", [{"window_loss_sum": float("nan")}, {"window_steps": 9}, {"generator": "%%"}],
+                         ids=["window nan", "window longer than the run", "generator"])
+def test_a_damaged_training_state_is_refused_naming_it(damage, tmp_path):
+    from ssa_hf.train.checkpoint import write_manifest
+    from ssa_hf.train.state import CheckpointError
+
+    train_run(tiny_spec(steps=2), tmp_path / "r", device="cpu", progress=False, stop_at=1)
+    state_file = tmp_path / "r" / CHECKPOINT / "training_state_rank0.json"
+    state_file.write_text(json.dumps({**json.loads(state_file.read_text()), **damage}))
+    (state_file.parent / "manifest.json").unlink()
+    write_manifest(state_file.parent, step=1)  # only the content check can catch it
+    with pytest.raises(CheckpointError, match="training_state_rank0.json: .*the checkpoint is damaged"):
+        train_run(tiny_spec(steps=2), tmp_path / "r", device="cpu", progress=False)
+
+
 def test_resume_survives_a_stop_between_the_renames(tmp_path):
     train_run(tiny_spec(steps=2), tmp_path / "r", device="cpu", progress=False)
     (tmp_path / "r" / CHECKPOINT).rename(tmp_path / "r" / ".checkpoint.old")

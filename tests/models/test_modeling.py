@@ -331,6 +331,26 @@ def test_ssa_model_differs_from_its_softmax_twin(family):
         assert (forward(ssa, ids, mask).logits - forward(softmax, ids, mask).logits).abs().max() > 1e-2
 
 
+@pytest.mark.parametrize("edited", ["softmax", ["ssa", "softmax"]], ids=["softmax", "per-head"])
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+def test_attention_scoring_edited_on_a_built_model_is_refused(family, edited, tmp_path):
+    """The layers keep the function they were built with: a forward or a save after the field is edited would run
+    SSA (or write a config.json naming softmax beside SSA weights) under a config that says otherwise."""
+    model = build(family, "ssa")
+    ids, mask = batch_for(model)
+    with torch.no_grad():
+        before = forward(model, ids, mask).logits
+    heads = model.config.num_attention_heads
+    model.config.attention_scoring = edited if isinstance(edited, str) else (edited * heads)[:heads]
+    for attempt in (lambda: forward(model, ids, mask), lambda: model.save_pretrained(tmp_path / "edited")):
+        with pytest.raises(ValueError, match="was edited on a built model"):
+            attempt()
+    assert not (tmp_path / "edited" / "config.json").exists()
+    model.config.attention_scoring = "ssa"
+    with torch.no_grad():
+        assert torch.equal(forward(model, ids, mask).logits, before)
+
+
 @pytest.mark.parametrize("family,scoring", CASES, ids=IDS)
 def test_attention_maps_with_ssa_eager(family, scoring):
     model = build(family, scoring)

@@ -139,6 +139,12 @@ DAMAGE = [
     ("trainer step", _edit("trainer_state.json", lambda d: {**d, "step": -3}), r"trainer_state\.json: step is not"),
     ("tokens per process", _edit("trainer_state.json", lambda d: {**d, "tokens_seen_per_process": []}),
      r"tokens_seen_per_process is not"),
+] + [
+    (f"logging window {name}", _edit("trainer_state.json", lambda d, c=change: {**d, "logging_window": {**d["logging_window"], **c}}),
+     r"trainer_state\.json: logging_window is not the state of a logging window")
+    for name, change in [("steps", {"steps": -1}), ("loss nan", {"loss_sum_per_process": [float("nan")]}),
+                         ("counted past steps", {"counted_per_process": [5]}), ("no tokens", {"tokens_per_process": []}),
+                         ("seconds", {"seconds": "x"})]
 ]
 
 
@@ -209,3 +215,62 @@ def test_a_read_only_output_folder_is_one_line(command, pretrain_yaml, tmp_path,
     finally:
         out.chmod(0o755)
     assert "is not writable (read-only)" in err and str(out) in err
+
+
+# ------------------------------------------------------------------------------------------ damaged model folders
+
+
+def _truncate(folder):
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+
+
+def _not_safetensors(folder):
+    (folder / "model.safetensors").write_bytes(b"\x00" * 64)
+
+
+def _without(field):
+    def apply(folder):
+        config = json.loads((folder / "config.json").read_text())
+        del config[field]
+        (folder / "config.json").write_text(json.dumps(config))
+    return apply
+
+
+FOLDER_DAMAGE = [
+    ("truncated weights", _truncate, r"model\.safetensors: not a readable safetensors file .*damaged or truncated"),
+    ("not safetensors", _not_safetensors, r"model\.safetensors: not a readable safetensors file"),
+    ("config without hidden_size", _without("hidden_size"),
+     r"weights' shapes do not match .* config\.json lacks hidden_size"),
+]
+
+
+@pytest.fixture(scope="module")
+def causal_model_folder(tmp_path_factory):
+    tokenizer = eval_fixtures.tokenizer(masked=False)
+    return eval_fixtures.save(eval_fixtures.causal_lm(tokenizer, "ssa"), tokenizer,
+                              tmp_path_factory.mktemp("model") / "ssa")
+
+
+@pytest.mark.parametrize("command", ["perplexity", "eval", "probe", "convert"])
+@pytest.mark.parametrize("damage,message", [c[1:] for c in FOLDER_DAMAGE], ids=[c[0] for c in FOLDER_DAMAGE])
+def test_a_damaged_model_folder_is_one_line(damage, message, command, causal_model_folder, tmp_path, capsys):
+    """(A library traceback before: safetensors' SafetensorError, transformers' RuntimeError of mismatched shapes.)"""
+    import re
+
+    if command == "convert" and "hidden_size" in message:
+        message = r"hidden_size|shape"  # convert compares the weights with the config itself (hub/convert.py)
+    folder = shutil.copytree(causal_model_folder, tmp_path / "damaged")
+    damage(folder)
+    text = tmp_path / "text.txt"
+    text.write_text("one short document\nanother short document\n")
+    argv = {
+        "perplexity": ["perplexity", str(folder), "--data", str(text), "--windows", "2", "--window-length", "4"],
+        "eval": ["eval", str(folder), "--data-dir", str(eval_fixtures.write_data(tmp_path / "data")), "--tasks", "boolq",
+                 "--limit", "2", "--output-dir", str(tmp_path / "out")],
+        "probe": ["probe", str(folder), "--zorro-dir", str(eval_fixtures.write_zorro(tmp_path / "zorro")),
+                  "--limit", "2", "--output-dir", str(tmp_path / "out")],
+        "convert": ["convert", str(folder), str(tmp_path / "converted"), "--attention-scoring", "softmax"],
+    }[command]
+    err = one_line_error(argv, capsys)
+    assert re.search(message, err), err

@@ -1,6 +1,7 @@
 """The pretraining loop end to end: outputs, checkpoints, exact resumption, the softmax twin, the CLI."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -227,3 +228,25 @@ def test_bench_refuses_a_variant_that_ran_something_else(monkeypatch, tmp_path):
     monkeypatch.setattr(loop, "pretrain", lambda config: fake)
     with pytest.raises(RuntimeError, match="asked for 'sdpa', the run used 'ssa_auto'"):
         benchmark_training(BenchConfig(variants=["softmax@sdpa"], steps=1, warmup_steps=0, repeats=1))
+
+
+def test_a_resume_inside_a_logging_window_logs_the_whole_window(corpora, tmp_path):
+    """A checkpoint saved between two logging steps carries the window's loss sums: the resumed run logs the same
+    window loss as the uninterrupted one (before, only the steps after the resume were averaged)."""
+    settings = dict(logging_steps=4, save_steps=2, save_total_limit=0, eval_steps=0)
+    whole = pretrain(tiny_config("causal", corpora, tmp_path / "whole", **settings))
+    run = tmp_path / "killed"
+    shutil.copytree(tmp_path / "whole", run)
+    for later in ("checkpoints/step-00000004", "checkpoints/step-00000006", "final"):  # killed after step 3
+        shutil.rmtree(run / later)
+    window = json.loads((run / "checkpoints/step-00000002/trainer_state.json").read_text())["logging_window"]
+    assert window["steps"] == 2 and window["counted_per_process"] == [2] and window["loss_sum_per_process"][0] > 0
+    resumed = pretrain(tiny_config("causal", corpora, run, resume="latest", **settings))
+    assert resumed.metrics["resumed_from"].endswith("step-00000002")
+
+    def logged(result):
+        return {r["step"]: (r["loss"], r["step_loss"]) for r in result.log_history if "loss" in r}
+
+    assert logged(whole).keys() == {4, 6}
+    assert logged(resumed) == logged(whole)  # bit-identical: the float32 sums are saved exactly
+
