@@ -161,6 +161,11 @@ def _saved_scoring(source, kwargs: dict) -> tuple[dict, dict] | None:
     return config, tensors
 
 
+class MismatchedWeightsError(RuntimeError, ValueError):
+    """A checkpoint's weights do not fit the model its config.json describes. A RuntimeError, as transformers raises
+    (and its tests expect), and a ValueError, as every other bad checkpoint in ssa-hf (one line on the command line)."""
+
+
 # the config fields that set weight shapes (those of all three families)
 _SIZE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "head_dim", "max_position_embeddings", "type_vocab_size", "n_embd", "n_layer",
@@ -289,7 +294,7 @@ class SSAModelMixin:
                 raise
             missing = _fields_lacking(source, cls.config_class)
             lacking = f"; its config.json lacks {', '.join(missing)} (the class defaults were used)" if missing else ""
-            raise ValueError(
+            raise MismatchedWeightsError(
                 f"{cls.__name__} from {source}: the weights' shapes do not match the model its config.json "
                 f"describes{lacking}. Restore the config.json saved with these weights (transformers logged the "
                 f"mismatched tensors above)") from None
