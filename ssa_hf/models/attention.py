@@ -30,7 +30,7 @@ from torch import Tensor
 from .backends import _SMALL_PROBLEM, BACKEND_NAMES, BACKENDS, AttentionCall, choose_backend, dispatch, inference_runner, supported_backends
 from .linear import as_4d
 from .mixture import Group, run_groups
-from .parameters import closest_name, is_real
+from .parameters import closest_name, is_real, unchanged_values, value_copy
 from .scoring import ALL_SCORING_FUNCTIONS, get_scoring_function
 
 __all__ = ["BACKENDS", "BACKEND_NAMES", "DEFAULT_IMPLEMENTATION", "IMPLEMENTATIONS", "choose_backend", "config_value",
@@ -90,8 +90,9 @@ def _check_inputs(query, key, value, attn_mask, scale, dropout_p) -> None:
 
 
 # Per-head tensors whose values passed the checks: id -> (weak reference, version counter, storage, heads, device,
-# positive).  A tensor found here is the same object, unchanged since it was checked (an in-place edit or an
-# optimizer step moves its version counter, `.data =` its storage), so its values need no second look: a decoding
+# positive, copy). A tensor found here is the same object, unchanged since it was checked (an in-place edit or an
+# optimizer step moves its version counter, `.data =` its storage; an edit through `.data` moves neither, so a CPU
+# tensor is also compared with a copy of its few values, ~1 us), so its values need no second look: a decoding
 # loop passing the same b and n each step pays a lookup instead of the read and the checks.
 _CHECKED: dict = {}
 
@@ -99,13 +100,14 @@ _CHECKED: dict = {}
 def _checked_before(tensor: Tensor, heads: int, device, positive: bool) -> bool:
     hit = _CHECKED.get(id(tensor))
     return (hit is not None and hit[0]() is tensor and hit[1] == tensor._version and hit[2] == tensor.data_ptr()
-            and hit[3] == heads and hit[4] == device and hit[5] == positive)
+            and hit[3] == heads and hit[4] == device and hit[5] == positive and unchanged_values(tensor, hit[6]))
 
 
 def _remember_checked(tensor: Tensor, heads: int, device, positive: bool) -> None:
     if len(_CHECKED) >= 256:
         _CHECKED.clear()
-    _CHECKED[id(tensor)] = (weakref.ref(tensor), tensor._version, tensor.data_ptr(), heads, device, positive)
+    _CHECKED[id(tensor)] = (weakref.ref(tensor), tensor._version, tensor.data_ptr(), heads, device, positive,
+                            value_copy(tensor))
 
 
 def _as_head_tensor(value, heads: int, name: str, device, positive: bool, compiling: bool = False) -> Tensor:
@@ -237,8 +239,8 @@ def _check_shapes(query, key, value, enable_gqa) -> None:
         raise ValueError(f"query has batch size {batch} and key {k_batch}: give them the same batch size")
     if kv_heads != heads and not (enable_gqa and kv_heads and heads % kv_heads == 0):
         raise ValueError(f"query has {heads} heads and key {kv_heads}: pass enable_gqa=True (and H % Hkv == 0)")
-    if k_dim != head_dim:
-        raise ValueError(f"query and key head dims differ: {head_dim} vs {k_dim}")
+    if k_dim != head_dim or not heads * kv_heads * head_dim:
+        raise ValueError(f"query {tuple(q_shape)} and key {tuple(k_shape)} need the same head_dim, >= 1, and >= 1 head")
 
 
 def _groups(scoring, params, query, key) -> list[Group]:
@@ -366,21 +368,18 @@ class LayerState:
     def current(self, heads: int, device) -> bool:
         if heads != self.heads or device != self.device:
             return False
-        for owner, name, tensor, version, pointer in self.snapshot:
+        for owner, name, tensor, version, pointer, copy in self.snapshot:
             if owner.get(name) is not tensor or tensor.data_ptr() != pointer:
                 return False
-            if type(version) is int:
-                if tensor._version != version:
-                    return False
-            elif not torch.equal(tensor, version):  # an inference tensor: compared with a copy of its values
+            # (an inference tensor has no version counter; an edit through `.data` moves none: see value_copy)
+            if (version is not None and tensor._version != version) or not unchanged_values(tensor, copy):
                 return False
         return True
 
 
 def _snapshot(scoring: torch.nn.Module) -> list:
-    # tensors made under torch.inference_mode have no version counter: a copy of their (few) values stands in
-    return [(owner, name, tensor, tensor.detach().clone() if tensor.is_inference() else tensor._version,
-             tensor.data_ptr())
+    return [(owner, name, tensor, None if tensor.is_inference() else tensor._version, tensor.data_ptr(),
+             value_copy(tensor))
             for module in scoring.modules() for owner in (module._parameters, module._buffers)
             for name, tensor in owner.items() if tensor is not None]
 

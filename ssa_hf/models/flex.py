@@ -99,7 +99,7 @@ def _head_indexed(value: Tensor, heads: int, device: torch.device) -> Tensor:
 def make_score_mod(spec: ScoringFunction, params: dict[str, Tensor], row_log_count: Tensor | None, zero_key: int | None):
     """The score_mod of `spec`, from its own elementwise logits (nothing here repeats a formula).
 
-    `params`: [H] tensors indexed by head; `row_log_count` [B, Lq]: log of the keys of each row (SSMax);
+    `params`: [H] tensors indexed by head; `row_log_count` [B, H, Lq]: log of the keys of each row (SSMax);
     `zero_key`: index of the appended key of softmax_1, whose score is replaced by exactly 0.
     """
     logits = spec.logits
@@ -107,7 +107,7 @@ def make_score_mod(spec: ScoringFunction, params: dict[str, Tensor], row_log_cou
         score_mod = None
     else:
         def score_mod(score, batch, head, q_idx, kv_idx):
-            log_n = None if row_log_count is None else row_log_count[batch, q_idx]
+            log_n = None if row_log_count is None else row_log_count[batch, head, q_idx]
             return logits(score, {name: value[head] for name, value in params.items()}, log_n)
     if zero_key is None:
         return score_mod
@@ -131,7 +131,7 @@ def flex_scored_attention(
     compile: bool | None = None,
     is_causal: bool = False,
 ) -> Tensor:
-    """query [B,H,Lq,D], key/value [B,Hkv,Lk,D]; mask bool broadcastable to [B,1,Lq,Lk] (True = attend) or None.
+    """query [B,H,Lq,D], key/value [B,Hkv,Lk,D]; mask bool broadcastable to [B,H,Lq,Lk] (True = attend) or None.
 
     `is_causal` (top-left, with mask=None): a causal mask_mod and a block mask cached per (Lq, Lk, device),
     instead of a dense mask built and indexed on every call."""
@@ -142,6 +142,7 @@ def flex_scored_attention(
     batch, heads, q_len, _ = query.shape
     kv_len = key.shape[2]
     zero_key = None
+    mask_heads = 1 if mask is None or mask.shape[1] == 1 else heads  # a mask per head, or one for all
     if spec.extra_zero_logit:
         zero_key = kv_len
         key = torch.cat([key, key.new_zeros(key.shape[:2] + (1, key.shape[3]))], dim=2)
@@ -152,23 +153,24 @@ def flex_scored_attention(
     row_log_count = None
     if spec.needs_row_count:
         if mask is not None:
-            counts = mask.expand(batch, 1, q_len, kv_len).sum(-1)[:, 0]
+            counts = mask.expand(batch, mask_heads, q_len, kv_len).sum(-1)
         elif is_causal:  # query i sees keys 0..i (and softmax_1's zero key)
             real = kv_len - (zero_key is not None)
-            counts = (torch.arange(1, q_len + 1).clamp(max=real) + (kv_len - real)).expand(batch, q_len)
+            counts = (torch.arange(1, q_len + 1).clamp(max=real) + (kv_len - real)).expand(batch, 1, q_len)
         else:
-            counts = torch.full((batch, q_len), kv_len)
-        row_log_count = torch.log(counts.clamp_min(1).float()).to(query.device)
+            counts = torch.full((batch, 1, q_len), kv_len)
+        row_log_count = torch.log(counts.clamp_min(1).float()).to(query.device).expand(batch, heads, q_len)
     block_mask = None
     if is_causal:
         block_mask = _causal_block_mask(q_len, kv_len, zero_key, query.device)
     if mask is not None:
-        dense = mask.expand(batch, 1, q_len, kv_len)
+        dense = mask.expand(batch, mask_heads, q_len, kv_len)
 
         def mask_mod(b, h, q_idx, kv_idx):
-            return dense[b, 0, q_idx, kv_idx]
+            return dense[b, h if mask_heads > 1 else 0, q_idx, kv_idx]
 
-        block_mask = create_block_mask(mask_mod, batch, None, q_len, kv_len, device=query.device)
+        block_mask = create_block_mask(mask_mod, batch, None if mask_heads == 1 else heads, q_len, kv_len,
+                                       device=query.device)
     params = {k: _head_indexed(v, heads, query.device) for k, v in params.items()}
     score_mod = make_score_mod(spec, params, row_log_count, zero_key)
     fn = _flex_fn(compile, query.device, query.shape[-1])
@@ -185,6 +187,6 @@ def flex_scored_attention(
         )
     if mask is not None:
         # rows with no key to attend to: flex already returns 0 there; make it explicit for every torch version
-        empty = ~mask.expand(batch, 1, q_len, kv_len).any(-1, keepdim=True)
+        empty = ~mask.expand(batch, mask_heads, q_len, kv_len).any(-1, keepdim=True)
         out = out.masked_fill(empty, 0.0)
     return out

@@ -217,3 +217,13 @@ class ConstrainedParameter(nn.Module):
                 self.raw.fill_(self._raw(init))
             else:
                 self.value.fill_(init)
+
+
+def value_copy(tensor: Tensor) -> Tensor | None:
+    """A copy of a CPU (or inference) tensor's values, to compare it with later: an edit through `.data` moves
+    neither its version counter nor its storage. None on other devices, where comparing would wait for the device."""
+    return tensor.detach().clone() if tensor.device.type == "cpu" or tensor.is_inference() else None
+
+
+def unchanged_values(tensor: Tensor, copy: Tensor | None) -> bool:
+    return copy is None or torch.equal(tensor, copy)

@@ -20,7 +20,8 @@ from typing import Any, Iterable, Mapping
 import torch
 from torch import Tensor, nn
 
-from .parameters import GRANULARITIES, PARAMETRIZATIONS, Choice, ConstrainedParameter, ParameterSpec
+from .parameters import (GRANULARITIES, PARAMETRIZATIONS, Choice, ConstrainedParameter, ParameterSpec, unchanged_values,
+                         value_copy)
 from .scoring import ALL_SCORING_FUNCTIONS, ScoringModule, get_scoring_function
 
 CHOICES = (
@@ -211,7 +212,7 @@ class ScoringParameters(ScoringModule):
             # graph and then checks them, which would otherwise compute them a second time (small ops, ~5 us each)
             sources = self._sources()
             if not any(t.is_inference() for t in sources):
-                self.__dict__["_last"] = ([(t, t._version, t.data_ptr()) for t in sources],
+                self.__dict__["_last"] = ([(t, t._version, t.data_ptr(), value_copy(t)) for t in sources],
                                           {name: value.detach() for name, value in values.items()})
         return values
 
@@ -228,7 +229,7 @@ class ScoringParameters(ScoringModule):
         sources, values = last
         current = self._sources()
         if len(current) != len(sources) or any(t is not s or t._version != v or t.data_ptr() != p
-                                               for t, (s, v, p) in zip(current, sources)):
+                                               or not unchanged_values(t, c) for t, (s, v, p, c) in zip(current, sources)):
             return None
         return values
 

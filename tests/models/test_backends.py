@@ -46,6 +46,21 @@ def test_flex_causal_without_mask_agrees_with_eager(scoring):
     torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("scoring,backend", [("ssa", "blockwise"), ("ssa", "flex"), ("ssmax", "flex"), ("softmax1", "flex")])
+def test_a_mask_per_head_agrees_with_eager(scoring, backend):
+    """A [B, H, Lq, Lk] mask, one row of one head fully masked (flex raised a bare broadcast error on it, and its
+    SSMax key counts read head 0's mask)."""
+    (q, k, v), _ = make_inputs(q_len=9, kv_len=9)
+    mask = torch.rand(q.shape[0], q.shape[1], 9, 9, generator=torch.Generator().manual_seed(1)) > 0.4
+    mask[..., 0] = True
+    mask[-1, -1, 3] = False
+    params = params_for(scoring, grad=False)
+    out = scored_attention(q, k, v, scoring, params, attn_mask=mask, enable_gqa=True, backend=backend)
+    ref = scored_attention(q, k, v, scoring, params, attn_mask=mask, enable_gqa=True, backend="eager")
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+    assert (out[-1, -1, 3] == 0).all()
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("backend", ["eager", "blockwise", "flex"])
 def test_half_precision_is_finite_and_close_to_fp32(dtype, backend):

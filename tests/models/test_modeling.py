@@ -351,6 +351,29 @@ def test_attention_scoring_edited_on_a_built_model_is_refused(family, edited, tm
         assert torch.equal(forward(model, ids, mask).logits, before)
 
 
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+def test_scoring_values_edited_through_data_are_used_and_checked(family):
+    """An edit through `.data` moves no version counter: the layers' no-grad state compares the values too, so the
+    next forward uses the edited b and n (before: the old ones, silently) and refuses invalid ones."""
+    model = build(family, "ssa").eval()
+    ids, mask = batch_for(model)
+    raw = [p for name, p in model.named_parameters() if ".scoring." in name]
+    with torch.no_grad():
+        forward(model, ids, mask)
+        for p in raw:
+            p.data.mul_(3).add_(2)
+        edited = forward(model, ids, mask).logits
+        fresh = build(family, "ssa").eval()
+        fresh.load_state_dict(model.state_dict())
+        assert torch.equal(edited, forward(fresh, ids, mask).logits)
+        for p in raw:
+            p.data.fill_(float("nan"))
+        with pytest.raises(ValueError, match="not finite"):
+            forward(model, ids, mask)
+        with pytest.raises(ValueError, match="not finite"):
+            model.validate_scoring_parameters()
+
+
 @pytest.mark.parametrize("family,scoring", CASES, ids=IDS)
 def test_attention_maps_with_ssa_eager(family, scoring):
     model = build(family, scoring)

@@ -48,7 +48,10 @@ BAD_INPUTS = [
     ("list_query", _one(0, lambda t: t.tolist()), {}, TypeError, "query must be a torch.Tensor"),
     ("batch", _one(0, lambda t: t.expand(2, -1, -1, -1)), {}, ValueError, "query has batch size 2 and key 1"),
     ("three_dims", _all_dims(), {}, ValueError, r"must be 4-D \[batch, heads, length, head_dim\]"),
-    ("key_dim", _one(1, lambda t: t[..., :4]), {}, ValueError, "query and key head dims differ: 8 vs 4"),
+    ("key_dim", _one(1, lambda t: t[..., :4]), {}, ValueError, r"query \(1, 2, 4, 8\) and key \(1, 2, 4, 4\) need the same head_dim"),
+    # (no heads: the CPU kernel divided by zero, SIGFPE; head_dim 0: a ZeroDivisionError from the default scale)
+    ("no_heads", lambda q, k, v: (q[:, :0], k[:, :0], v[:, :0]), {}, ValueError, r"query \(1, 0, 4, 8\) .*>= 1 head"),
+    ("head_dim_0", lambda q, k, v: (q[..., :0], k[..., :0], v), {}, ValueError, r"need the same head_dim, >= 1"),
     *[(f"scale={s}", None, {"scale": s}, ValueError, r"scale must be a finite number > 0 \(or None")
       for s in (math.nan, math.inf, -math.inf, 0.0, -0.5, "0.1", True)],
     *[(f"b={b}", None, {"b": b}, ValueError, "b must be finite") for b in (math.nan, math.inf)],
@@ -96,6 +99,19 @@ def test_bad_input_is_refused_at_the_entry(case, entry, backend):
     _, change, kwargs, error, message = case
     with pytest.raises(error, match=message):
         call(entry, backend, change, kwargs)
+
+
+def test_an_edit_through_data_is_checked_again():
+    """`.data` edits move neither the version counter nor the storage the checked-tensor cache compares: the
+    values are compared too (CPU), so a b set to -0.5 after a first call is refused, not used (it gave NaN)."""
+    q, k, v = qkv()
+    b, n = torch.tensor([1.0, 1.0]), torch.tensor([1.5, 1.5])
+    ssa_attention(q, k, v, b, n)
+    b.data.fill_(-0.5)
+    with pytest.raises(ValueError, match=r"b must be > 0, got \[-0.5, -0.5\]"):
+        ssa_attention(q, k, v, b, n)
+    b.data.fill_(2.0)
+    torch.testing.assert_close(ssa_attention(q, k, v, b, n), ssa_attention(q, k, v, 2.0, n))
 
 
 @pytest.mark.parametrize("dropout", [math.nan, -0.1, 1.0, 2.0])
