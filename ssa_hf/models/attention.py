@@ -30,7 +30,7 @@ from torch import Tensor
 from .backends import _SMALL_PROBLEM, BACKEND_NAMES, BACKENDS, AttentionCall, choose_backend, dispatch, inference_runner, supported_backends
 from .linear import as_4d
 from .mixture import Group, run_groups
-from .parameters import closest_name, is_real, unchanged_values, value_copy
+from .parameters import as_head_tensor, checked_before, closest_name, is_real, unchanged_values, value_copy
 from .scoring import ALL_SCORING_FUNCTIONS, get_scoring_function
 
 __all__ = ["BACKENDS", "BACKEND_NAMES", "DEFAULT_IMPLEMENTATION", "IMPLEMENTATIONS", "choose_backend", "config_value",
@@ -59,6 +59,24 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 def _check_inputs(query, key, value, attn_mask, scale, dropout_p) -> None:
     """The checks of the public entry: every backend may assume what passes here."""
+    # plain CPU tensors of one supported dtype pass in one line of cheap reads (a decoding call's checks cost as much
+    # as its kernel); anything else goes through the checks that word the error
+    if not (type(query) is Tensor and type(key) is Tensor and type(value) is Tensor and query.dtype in SUPPORTED_DTYPES
+            and key.dtype is query.dtype and value.dtype is query.dtype and query.is_cpu and key.is_cpu
+            and value.is_cpu):
+        _check_tensors(query, key, value)
+    if attn_mask is not None:
+        if not isinstance(attn_mask, Tensor):
+            raise TypeError(f"attn_mask must be a boolean torch.Tensor or None, got {type(attn_mask).__name__}")
+        if attn_mask.device != query.device:
+            raise ValueError(f"attn_mask is on {attn_mask.device} and query on {query.device}; move it with .to(query.device)")
+    if scale is not None and not (is_real(scale) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a finite number > 0 (or None for 1/sqrt(head_dim)), got {scale!r}")
+    if not (dropout_p == 0.0 and type(dropout_p) in (float, int) or is_real(dropout_p) and 0.0 <= dropout_p < 1.0):
+        raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
+
+
+def _check_tensors(query, key, value) -> None:
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         if not isinstance(tensor, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor [batch, heads, length, head_dim], got {type(tensor).__name__}")
@@ -78,95 +96,6 @@ def _check_inputs(query, key, value, attn_mask, scale, dropout_p) -> None:
             f"query, key and value must be on one device, got {query.device}, {key.device} and {value.device}; "
             f"move them with .to(query.device)"
         )
-    if attn_mask is not None:
-        if not isinstance(attn_mask, Tensor):
-            raise TypeError(f"attn_mask must be a boolean torch.Tensor or None, got {type(attn_mask).__name__}")
-        if attn_mask.device != device:
-            raise ValueError(f"attn_mask is on {attn_mask.device} and query on {query.device}; move it with .to(query.device)")
-    if scale is not None and not (is_real(scale) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a finite number > 0 (or None for 1/sqrt(head_dim)), got {scale!r}")
-    if not (dropout_p == 0.0 and type(dropout_p) in (float, int) or is_real(dropout_p) and 0.0 <= dropout_p < 1.0):
-        raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
-
-
-# Per-head tensors whose values passed the checks: id -> (weak reference, version counter, storage, heads, device,
-# positive, copy). A tensor found here is the same object, unchanged since it was checked (an in-place edit or an
-# optimizer step moves its version counter, `.data =` its storage; an edit through `.data` moves neither, so a CPU
-# tensor is also compared with a copy of its few values, ~1 us), so its values need no second look: a decoding
-# loop passing the same b and n each step pays a lookup instead of the read and the checks.
-_CHECKED: dict = {}
-
-
-def _checked_before(tensor: Tensor, heads: int, device, positive: bool) -> bool:
-    hit = _CHECKED.get(id(tensor))
-    return (hit is not None and hit[0]() is tensor and hit[1] == tensor._version and hit[2] == tensor.data_ptr()
-            and hit[3] == heads and hit[4] == device and hit[5] == positive and unchanged_values(tensor, hit[6]))
-
-
-def _remember_checked(tensor: Tensor, heads: int, device, positive: bool) -> None:
-    if len(_CHECKED) >= 256:
-        _CHECKED.clear()
-    _CHECKED[id(tensor)] = (weakref.ref(tensor), tensor._version, tensor.data_ptr(), heads, device, positive,
-                            value_copy(tensor))
-
-
-def _as_head_tensor(value, heads: int, name: str, device, positive: bool, compiling: bool = False) -> Tensor:
-    if isinstance(value, Tensor):
-        if not compiling and _checked_before(value, heads, device, positive):
-            return value
-        tensor = value
-        if tensor.dtype == torch.bool or tensor.is_complex():
-            raise TypeError(f"{name} must be a real number or a float tensor of shape [num_heads={heads}], got dtype {tensor.dtype}")
-        if not tensor.is_floating_point():
-            tensor = tensor.float()
-        if tensor.device != device:
-            tensor = tensor.to(device)
-        if tensor.dim() > 1 or tensor.numel() not in (1, heads):
-            raise ValueError(f"{name} must be a scalar or a tensor of shape [num_heads={heads}], got shape {tuple(tensor.shape)}")
-        if not compiling:
-            # one read of the (per-head, so few) values and checks in Python: four reductions with a host sync each
-            # cost more than a decoding step's kernel call
-            values = tensor.tolist()
-            _check_head_values(name, values if tensor.dim() else [values], positive)
-        if tensor.dim() == 1 and tensor.shape[0] == heads:
-            # remembered only where the call uses the caller's own plain tensor (subclasses may have no storage;
-            # inference tensors have no version counter: checked on every call)
-            if (not compiling and tensor is value and type(value) in (Tensor, torch.nn.Parameter)
-                    and not value.is_inference()):
-                _remember_checked(value, heads, device, positive)
-            return tensor
-        return tensor.reshape(-1).expand(heads)
-    if not is_real(value):
-        raise TypeError(f"{name} must be a real number or a float tensor of shape [num_heads={heads}], got {value!r}")
-    number = float(value)
-    if not (math.isfinite(number) and (number > 0 or not positive)):  # the list check only to word the error
-        _check_head_values(name, [number], positive)
-    if compiling:  # traced: a tensor of the graph, no module-level cache
-        return torch.full((heads,), number, device=device)
-    return _constant(number, heads, device)
-
-
-def _check_head_values(name: str, values: list, positive: bool) -> None:
-    # a finite sum means every value is finite (NaN and inf propagate); only a failing row is looked at closely
-    if not math.isfinite(sum(values)) and not all(math.isfinite(x) for x in values):
-        raise ValueError(f"{name} must be finite, got {values}")
-    if positive and values and not min(values) > 0:
-        raise ValueError(f"{name} must be > 0, got {values}")
-
-
-_CONSTANTS: dict = {}
-
-
-def _constant(number: float, heads: int, device) -> Tensor:
-    """A [heads] float32 tensor of `number`, made once per (number, heads, device): a decoding loop passing the same
-    floats every step pays no tensor construction. Never modified in place (the kernels only read parameters)."""
-    key = (number, heads, device)
-    tensor = _CONSTANTS.get(key)
-    if tensor is None:
-        if len(_CONSTANTS) >= 256:
-            _CONSTANTS.clear()
-        tensor = _CONSTANTS[key] = torch.full((heads,), number, device=device)
-    return tensor
 
 
 def scored_attention(
@@ -233,7 +162,7 @@ def _check_shapes(query, key, value, enable_gqa) -> None:
         raise ValueError("query, key and value must be 4-D [batch, heads, length, head_dim]")
     batch, heads, _, head_dim = q_shape
     k_batch, kv_heads, k_len, k_dim = k_shape
-    if (k_batch, kv_heads, k_len) != tuple(v_shape[:3]):
+    if v_shape[0] != k_batch or v_shape[1] != kv_heads or v_shape[2] != k_len:
         raise ValueError(f"key {tuple(k_shape)} and value {tuple(v_shape)} must agree in batch, heads and length")
     if k_batch != batch:
         raise ValueError(f"query has batch size {batch} and key {k_batch}: give them the same batch size")
@@ -282,10 +211,13 @@ def _head_params(spec, given, heads: int, query, key) -> dict[str, Tensor]:
     _check_param_names(spec, given)
     if getattr(spec, "kind", "rowwise") == "linear":
         given = {**spec.default_params(query.shape[2], key.shape[2]), **given}
-    device, params, compiling = query.device, {}, torch.compiler.is_compiling()
+    params, compiling = {}, torch.compiler.is_compiling()
     for p in spec.parameters:
-        if p.name in given:
-            params[p.name] = _as_head_tensor(given[p.name], heads, p.name, device, True, compiling)
+        value = given.get(p.name, given)  # `given` itself: not given
+        if value is not given:
+            # a tensor passed before with the same values (a decoding loop's b and n) needs one lookup, not the checks
+            params[p.name] = value if not compiling and checked_before(value, heads, query, True) else \
+                as_head_tensor(value, heads, p.name, query.device, True, compiling)
         elif not p.optional:
             missing = [q.name for q in spec.parameters if q.name not in given and not q.optional]
             raise ValueError(f"scoring {spec.name!r} needs parameters {list(spec.parameter_names)}; missing {missing}")
@@ -356,9 +288,11 @@ class LayerState:
     """What the calls of one attention layer share until its scoring tensors change, kept on its scoring module:
     the snapshot of those tensors (owner, name, tensor, version counter, storage) from which the rest was computed
     and against which their values were checked, the scoring groups for calls without gradients, and the bound
-    inference runner per (backend, request kind). An optimizer step or an in-place edit moves a version counter,
-    a move or a dtype change gives new storage, a load that assigns new tensors replaces the owner's entry: any of
-    them makes the next call build a new state, which checks the values again before they are used."""
+    inference runner per (backend, request kind). On the CPU a tensor's dtype and values are compared (value_copy:
+    an edit through `.data` moves no version counter); elsewhere an optimizer step or an in-place edit moves a
+    version counter, a move or a dtype change gives new storage; a load that assigns new tensors replaces the
+    owner's entry. Any of them makes the next call build a new state, which checks the values again before they
+    are used."""
 
     __slots__ = ("heads", "device", "snapshot", "groups", "runners")
 
@@ -369,10 +303,11 @@ class LayerState:
         if heads != self.heads or device != self.device:
             return False
         for owner, name, tensor, version, pointer, copy in self.snapshot:
-            if owner.get(name) is not tensor or tensor.data_ptr() != pointer:
+            if owner.get(name) is not tensor or not unchanged_values(tensor, copy):
                 return False
-            # (an inference tensor has no version counter; an edit through `.data` moves none: see value_copy)
-            if (version is not None and tensor._version != version) or not unchanged_values(tensor, copy):
+            # off the CPU: an inference tensor has no version counter
+            if type(copy) is not tuple and (tensor.data_ptr() != pointer or version is not None
+                                            and tensor._version != version):
                 return False
         return True
 

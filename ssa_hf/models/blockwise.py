@@ -53,7 +53,7 @@ _TORCH_BLOCK = 128
 
 def _compute_dtype(dtype):
     """float64 stays float64; everything else (fp32, fp16, bf16) is computed in float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
+    return torch.float64 if dtype is torch.float64 else torch.float32
 
 
 _REDUCED = (torch.bfloat16, torch.float16)
@@ -316,10 +316,12 @@ class _EagerAttention(torch.autograd.Function):
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _as_head_param(x, H, like):
-    """A number or a tensor of one value or [H] values -> [H] in the compute dtype, on the query's device."""
-    dtype = _compute_dtype(like.dtype)
-    if type(x) is Tensor and x.dtype is dtype and x.shape == (H,) and x.device == like.device:
+def _as_head_param(x, H, like, dtype=None):
+    """A number or a tensor of one value or [H] values -> [H] in the compute dtype (`dtype`, default the query's),
+    on the query's device."""
+    dtype = _compute_dtype(like.dtype) if dtype is None else dtype
+    if (type(x) is Tensor and x.dtype is dtype and x.shape == (H,)
+            and (x.is_cpu and like.is_cpu or x.device == like.device)):
         return x  # already what the kernel takes (a model's per-head parameters)
     if not torch.is_tensor(x):
         return torch.full((H,), float(x), dtype=dtype, device=like.device)
@@ -411,10 +413,11 @@ def run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q=BLOCK
     softmax, else a number or [H] (or one-value) tensors; mask None or bool, broadcastable to [B, H, Lq, Lk]."""
     H = query.shape[1]
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    dtype = _compute_dtype(query.dtype)
     if b is None:
-        b = n = query.new_empty((0,), dtype=_compute_dtype(query.dtype))
+        b = n = query.new_empty((0,), dtype=dtype)
     else:
-        b, n = _as_head_param(b, H, query), _as_head_param(n, H, query)
+        b, n = _as_head_param(b, H, query, dtype), _as_head_param(n, H, query, dtype)
     if mask is not None:
         mask = mask.to(query.device).reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
         if mask.shape[3] > 1 and mask.stride(3) != 1:
@@ -429,8 +432,9 @@ def run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q=BLOCK
             run = _EagerAttention.apply
         else:  # no gradient: no row logsumexp either
             res = _kernel_forward(query, key, value, b, n, mask, bool(is_causal), scale, block_q, block_k, False)
-            out = res[0] if res is not None else _torch_forward(query, key, value, b, n, _Layout(
-                mask, bool(is_causal), scale, b.numel() > 0))[0]
+            if res is not None:  # in the query's dtype (the kernel takes float32, bf16 and fp16)
+                return res[0]
+            out = _torch_forward(query, key, value, b, n, _Layout(mask, bool(is_causal), scale, b.numel() > 0))[0]
             return out if out.dtype == query.dtype else out.to(query.dtype)
     out, _ = run(query, key, value, b, n, mask, bool(is_causal), scale, block_q, block_k)
     return out.to(query.dtype)

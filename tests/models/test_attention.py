@@ -106,13 +106,15 @@ def test_per_head_tensors_checked_before_are_checked_again_once_changed():
 
 
 def test_per_head_tensors_made_in_inference_mode_are_checked_on_every_call():
-    """Inference tensors have no version counter: they are never remembered as checked, so they work, and a bad
-    value is still refused."""
+    """Inference tensors have no version counter: on the CPU they are remembered by their values (elsewhere not
+    at all), so they work, and a bad value written in place is still refused."""
     (q, k, v), _ = make_inputs(kv_heads=8, q_len=1, kv_len=6, dim=4)
     with torch.inference_mode():
         b, n = torch.full((q.shape[1],), 0.8), torch.full((q.shape[1],), 1.5)
         first = scored_attention(q, k, v, "ssa", {"b": b, "n": n})
         torch.testing.assert_close(scored_attention(q, k, v, "ssa", {"b": b, "n": n}), first)
+        b.fill_(0.5)  # a valid new value is followed, not the remembered one
+        torch.testing.assert_close(scored_attention(q, k, v, "ssa", {"b": b, "n": n}), ssa_attention(q, k, v, 0.5, 1.5))
         b[0] = -1.0
         with pytest.raises(ValueError, match="b must be > 0"):
             scored_attention(q, k, v, "ssa", {"b": b, "n": n})
