@@ -377,8 +377,7 @@ def run_paired(args, variants, lengths, modes, base_cell) -> list[dict]:
     """Every (load, length, mode): all variants timed alternately in one child process while `load` busy
     processes run; ratios against SDPA softmax of the same child."""
     rows = []
-    for load in [0] + split_args(args.load):
-        load = int(load)
+    for load in dict.fromkeys([0] + [int(x) for x in split_args(args.load)]):  # `--load 0`: quiet only
         with BusyProcesses(load):
             for length in lengths:
                 for mode in modes:

@@ -119,3 +119,42 @@ def test_gemm_share_of_bf16_is_against_the_faster_of_bf16_and_float32():
     assert share_peak({"float32": 157.0, "bfloat16": 241.0}, "bfloat16") == 241.0
     assert share_peak({"float32": 157.0, "bfloat16": 241.0}, "float32") == 157.0
     assert share_peak({"float32": 157.0}, "float16") == 157.0
+
+
+def test_bench_targets_every_group_end_to_end(tmp_path):
+    """The targets checklist runs each group's benchmark and reads its value from the child's JSON (smoke sizes,
+    quiet: the verdicts are n/a since the targets' shapes are not used); bf16's error bound holds even here."""
+    out = tmp_path / "targets.json"
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_targets.py"), "--profile", "smoke", "--load",
+                           "0", "--work-dir", str(tmp_path / "children"), "--output", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["table"] in done.stdout and result["machine"]["profile"] == "smoke"
+    rows = result["rows"]
+    assert {r["group"] for r in rows} == {"attention", "memory", "accuracy", "decode", "training"}
+    for row in rows:
+        assert row["error"] is None and row["value"] > 0 and row["verdict"] == "n/a" and row["command"], row
+    assert [r["value"] <= 1.5 for r in rows if r["group"] == "accuracy"] == [True]
+    assert len(list((tmp_path / "children").glob("*.json"))) == 5  # one JSON per benchmark child
+
+
+def test_bench_targets_verdicts():
+    """met / missed from the median, the paired interval's far end noted when it crosses the bound, errors and
+    smoke runs never judged."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from bench_targets import Row, verdict
+
+    def row(bound, at_most, **kw):
+        return Row("g", "t", bound, at_most, **kw)
+
+    assert verdict(row(1.0, True, value=0.9)) == "met"
+    assert verdict(row(1.0, True, value=1.0)) == "met"
+    assert verdict(row(1.0, True, value=1.1)) == "missed"
+    assert verdict(row(1.0, True, value=0.9, low=0.8, high=1.05)) == "met, interval crosses the bound"
+    assert verdict(row(1.0, True, value=1.2, low=0.95, high=1.3)) == "missed, interval crosses the bound"
+    assert verdict(row(0.95, False, value=1.2, low=1.1, high=1.3)) == "met"
+    assert verdict(row(0.95, False, value=0.9, low=0.85, high=0.97)) == "missed, interval crosses the bound"
+    assert verdict(row(1.0, True, error="timed out")) == "error"
+    assert verdict(row(1.0, True)) == "error"
+    assert verdict(row(1.0, True, value=3.0), judged=False) == "n/a"
