@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import json
 import os
 import platform
@@ -206,16 +207,23 @@ def decode_step_call(model, cache_length: int, steps: int):
 
     model.eval()
     ids = torch.randint(3, model.config.vocab_size, (1, cache_length), generator=torch.Generator().manual_seed(1))
+    # the cache argument is `cache` since transformers 5.2x, `past_key_values` before (the pin admits 5.17): an
+    # unknown keyword is swallowed by **kwargs, and the model would run without its cache
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     with torch.no_grad():
         cache = DynamicCache(config=model.config)
-        token = model(input_ids=ids, cache=cache, use_cache=True).logits[:, -1:].argmax(-1)
+        token = model(input_ids=ids, use_cache=True, **{name: cache}).logits[:, -1:].argmax(-1)
+    if cache.get_seq_length() != cache_length:
+        raise RuntimeError(f"the prefill left {cache.get_seq_length()} tokens in the cache, not {cache_length}: "
+                           f"{type(model).__name__}.forward did not take the cache as `{name}`")
     position = torch.tensor([cache_length])
+    step_kwargs = {"input_ids": token, "use_cache": True, "cache_position": position, name: cache}
 
     def call() -> float:
         with torch.no_grad():
             start = time.perf_counter()
             for _ in range(steps):
-                model(input_ids=token, cache=cache, use_cache=True, cache_position=position)
+                model(**step_kwargs)
                 cache.crop(-1)
             return (time.perf_counter() - start) / steps
 

@@ -151,7 +151,9 @@ class Runner:
             return None, command, f"timed out after {self.timeout_s:.0f} s"
         if done.returncode != 0:
             lines = done.stderr.strip().splitlines()
-            return None, command, (lines[-1] if lines else f"exit status {done.returncode}")[:300]
+            error = (lines[-1] if lines else f"exit status {done.returncode}")[:300]
+            print(f"! {error}", file=sys.stderr, flush=True)  # now: a run stopped early still shows why
+            return None, command, error
         return json.loads(out.read_text()), command, None
 
 
@@ -355,19 +357,25 @@ def main(argv=None) -> int:
     loads = [0] + ([args.load] if args.load > 0 else [])
     started, busy_before = time.perf_counter(), busy_fraction()
     rows: list[Row] = []
+
+    def add(new_rows: list[Row]) -> None:
+        # each group's rows are printed as they come (stderr), so that a run stopped by a time limit keeps them
+        for row in new_rows:
+            row.verdict = verdict(row, profile.verdicts)
+        print(table(new_rows).split("\n", 2)[-1], file=sys.stderr, flush=True)
+        rows.extend(new_rows)
+
     if "accuracy" in groups:
-        rows += accuracy_rows(profile, args.threads)
+        add(accuracy_rows(profile, args.threads))
     for load in loads:
         if "attention" in groups:
-            rows += attention_rows(run, profile, load, args.threads, args.isa)
+            add(attention_rows(run, profile, load, args.threads, args.isa))
         if "decode" in groups:
-            rows += decode_rows(run, profile, load)
+            add(decode_rows(run, profile, load))
         if "training" in groups:
-            rows += training_rows(run, profile, load, args.threads)
+            add(training_rows(run, profile, load, args.threads))
     if "memory" in groups:
-        rows += memory_rows(run, profile, args.threads, args.isa)
-    for row in rows:
-        row.verdict = verdict(row, profile.verdicts)
+        add(memory_rows(run, profile, args.threads, args.isa))
     sys.path.insert(0, str(REPO))
     import torch
 
