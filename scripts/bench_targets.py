@@ -15,7 +15,7 @@ picks), every row, and the command that reproduces each measurement.
 |---|---|
 | attention | SSA / SDPA time at B=4 H=8 L=2048 D=64 causal: float32 forward <= 1.0, fwd+bwd <= 0.9; bfloat16 and float16 forward and fwd+bwd <= 1.1; float32 forward <= 1.1 non-causal, at D=32 and 128, and with GQA (2 key/value heads) |
 | memory | peak extra memory of one call, SSA / SDPA, main shape, every dtype, forward and fwd+bwd: <= 1.0 |
-| accuracy | bf16 and fp16 error against the float64 oracle (output and q, k, v gradients) <= 1.5x SDPA's own error in that dtype on the same inputs |
+| accuracy | bf16 and fp16 error against the float64 oracle (output and q, k, v gradients; max abs and root-mean-square) <= 1.5x SDPA's own error in that dtype on the same inputs |
 | decode | greedy decoding step / the stock LlamaForCausalLM's (SDPA): tiny_llama <= 1.1, decoder_114m <= 1.0, at 1 and 2 threads; the public scored_attention per decode-shaped call <= 2.0x SDPA (worst of 4/8/12 heads x 16/128/512 keys) |
 | training | tokens/s of SSALlama and SSAGPT2 / the stock class with SDPA at the same sizes, float32 and bf16 weights: >= 0.95 |
 
@@ -61,7 +61,8 @@ class Profile:
     repeats: int = 5
     dtypes: tuple = DTYPES
     other_shapes: bool = True        # float32 forward: non-causal, D=32, D=128, GQA
-    accuracy_shape: tuple = (1, 8, 2, 1024, 64)  # B, H, Hkv, L, D
+    # B, H, Hkv, L, D: GQA, and one key/value head per query head (SSA's dq error is largest against SDPA's there)
+    accuracy_shapes: tuple = ((1, 8, 2, 1024, 64), (1, 8, 8, 512, 64))
     decode_presets: tuple = ("tiny_llama", "decoder_114m")
     decode_lengths: tuple = (128, 512)
     decode_threads: tuple = (1, 2)
@@ -80,11 +81,12 @@ class Profile:
 
 PROFILES = {
     "full": Profile(),
-    "quick": Profile(dtypes=("float32", "bfloat16"), other_shapes=False, accuracy_shape=(1, 8, 2, 512, 64),
+    "quick": Profile(dtypes=("float32", "bfloat16"), other_shapes=False,
+                     accuracy_shapes=((1, 8, 2, 512, 64), (1, 8, 8, 512, 64)),
                      decode_presets=("tiny_llama",), decode_threads=(1,), rounds=20, decode_calls=False,
                      train_presets=("tiny_llama",), train_lengths=(256,), train_114m=False),
     "smoke": Profile(batch=1, heads=2, length=64, head_dim=16, repeats=1, dtypes=("bfloat16",),
-                     other_shapes=False, accuracy_shape=(1, 4, 2, 40, 16), decode_lengths=(8,),
+                     other_shapes=False, accuracy_shapes=((1, 4, 2, 40, 16),), decode_lengths=(8,),
                      decode_presets=("tiny_llama",), decode_threads=(1,), rounds=2, steps_per_round=1,
                      call_heads=(2,), call_lengths=(8,), train_presets=("tiny_llama",), train_lengths=(32,),
                      train_dtypes=("float32",), train_min_seconds=0.0, train_114m=False, verdicts=False),
@@ -105,6 +107,7 @@ class Row:
     error: str | None = None
     command: str = ""
     verdict: str = ""
+    note: str = ""              # what the value is made of (accuracy: each tensor's ratio)
 
 
 def verdict(row: Row, judged: bool = True) -> str:
@@ -218,8 +221,11 @@ def memory_rows(run: Runner, p: Profile, threads: int, isa: str) -> list[Row]:
 
 def accuracy_rows(p: Profile, threads: int) -> list[Row]:
     """The fused kernel's bf16/fp16 error against the float64 oracle (ssa-hf's eager path in float64 on the same
-    rounded inputs), over SDPA's own error in that dtype against its float64 result: the largest ratio of the
-    output's and the q, k, v gradients' max abs errors (causal, GQA, per-head b and n)."""
+    rounded inputs), over SDPA's own error in that dtype against its float64 result, for the output and the q, k, v
+    gradients (causal, per-head b and n), at each accuracy shape: one row for the largest ratio of max abs errors
+    and one for the largest ratio of root-mean-square errors, each naming the tensor it comes from.  (A max abs
+    error is one element's: near the start of a causal sequence, where rows see a few keys.  Every run gets fresh
+    leaf tensors: a bf16 input converted to bf16 is the same tensor, whose .grad would sum both runs' gradients.)"""
     import torch
     import torch.nn.functional as F
 
@@ -227,40 +233,55 @@ def accuracy_rows(p: Profile, threads: int) -> list[Row]:
     from ssa_hf import scored_attention
 
     torch.set_num_threads(threads)
-    B, H, Hkv, L, D = p.accuracy_shape
-    g = torch.Generator().manual_seed(23)
-    q, k, v = (torch.randn(B, h, L, D, generator=g) for h in (H, Hkv, Hkv))
-    dout = torch.randn(B, H, L, D, generator=g, dtype=torch.float64)
-    b, n = torch.linspace(0.5, 1.2, H), torch.linspace(1.0, 2.0, H)
+    names = ("out", "dq", "dk", "dv")
 
-    def run(fn, inputs, dtype):
-        leaves = [x.to(dtype).requires_grad_(True) for x in inputs]
+    def run(fn, inputs, dtype, dout):
+        leaves = [x.detach().to(dtype).clone().requires_grad_(True) for x in inputs]
         out = fn(*leaves)
         (out.double() * dout).sum().backward()
         return [out.detach().double()] + [x.grad.double() for x in leaves]
 
-    def ssa(backend, param_dtype):
-        params = {"b": b.to(param_dtype), "n": n.to(param_dtype)}
+    def ssa(backend, b, n):
+        params = {"b": b, "n": n}
         return lambda *qkv: scored_attention(*qkv, "ssa", params, is_causal=True, enable_gqa=True, backend=backend)
 
     def sdpa(*qkv):
         return F.scaled_dot_product_attention(*qkv, is_causal=True, enable_gqa=True)
 
+    def worst(ratios):
+        i = max(range(len(ratios)), key=ratios.__getitem__)
+        return ratios[i], ", ".join(f"{name} {r:.2f}" for name, r in zip(names, ratios))
+
     rows = []
+    command = "python scripts/bench_targets.py --groups accuracy"
     for dtype in [d for d in p.dtypes if d != "float32"]:
         t = getattr(torch, dtype)
-        row = Row("accuracy", f"{dtype} error against float64 / SDPA's own (largest of out, dq, dk, dv)", 1.5, True,
-                  0, threads, command="python scripts/bench_targets.py --groups accuracy")
-        try:
-            rounded = [x.to(t) for x in (q, k, v)]
-            want_ssa = run(ssa("eager", torch.float64), rounded, torch.float64)
-            want_softmax = run(sdpa, rounded, torch.float64)
-            got, base = run(ssa("blockwise", torch.float32), rounded, t), run(sdpa, rounded, t)
-            row.value = max((x - w).abs().max().item() / max((y - s).abs().max().item(), 1e-30)
-                            for x, w, y, s in zip(got, want_ssa, base, want_softmax))
-        except Exception as exc:  # reported in its row; the other targets go on
-            row.error = f"{type(exc).__name__}: {exc}"[:300]
-        rows.append(row)
+        for shape in p.accuracy_shapes:
+            B, H, Hkv, L, D = shape
+            where = f"B={B} H={H} Hkv={Hkv} L={L} D={D}"
+            max_row = Row("accuracy", f"{dtype} max abs error vs float64 / SDPA's, {where}", 1.5, True, 0, threads,
+                          command=command)
+            rms_row = Row("accuracy", f"{dtype} rms error vs float64 / SDPA's, {where}", 1.5, True, 0, threads,
+                          command=command)
+            try:
+                g = torch.Generator().manual_seed(23)
+                q, k, v = (torch.randn(B, h, L, D, generator=g) for h in (H, Hkv, Hkv))
+                dout = torch.randn(B, H, L, D, generator=g, dtype=torch.float64)
+                b, n = torch.linspace(0.5, 1.2, H), torch.linspace(1.0, 2.0, H)
+                rounded = [x.to(t) for x in (q, k, v)]
+                want_ssa = run(ssa("eager", b.double(), n.double()), rounded, torch.float64, dout)
+                want_softmax = run(sdpa, rounded, torch.float64, dout)
+                got = run(ssa("blockwise", b, n), rounded, t, dout)
+                base = run(sdpa, rounded, t, dout)
+                max_ratios = [(x - w).abs().max().item() / max((y - s).abs().max().item(), 1e-30)
+                              for x, w, y, s in zip(got, want_ssa, base, want_softmax)]
+                rms_ratios = [(x - w).pow(2).mean().sqrt().item() / max((y - s).pow(2).mean().sqrt().item(), 1e-30)
+                              for x, w, y, s in zip(got, want_ssa, base, want_softmax)]
+                max_row.value, max_row.note = worst(max_ratios)
+                rms_row.value, rms_row.note = worst(rms_ratios)
+            except Exception as exc:  # reported in its rows; the other targets go on
+                max_row.error = rms_row.error = f"{type(exc).__name__}: {exc}"[:300]
+            rows += [max_row, rms_row]
     return rows
 
 
@@ -322,6 +343,8 @@ def table(rows: list[Row]) -> str:
     for r in rows:
         measured = r.error[:80] if r.error else _fmt(r.value) + (f" [{_fmt(r.low)}, {_fmt(r.high)}]"
                                                                   if r.low is not None else "")
+        if r.note and not r.error:
+            measured += f" ({r.note})"
         lines.append(f"| {r.group} | {r.target} | {r.load} | {_fmt(r.threads, 'd')} | {measured} | "
                      f"{'<=' if r.at_most else '>='} {r.bound} | {r.verdict} |")
     return "\n".join(lines)

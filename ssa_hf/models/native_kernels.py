@@ -36,9 +36,10 @@ inline bool item_bounds(const Problem& P, const T* q, int64_t rows, int64_t R, c
 // Products of bf16 tiles through the ukernel need even head dims (VNNI pairs along D read q, k rows as they are);
 // at the widths of native_tiles.py's small-head-dim loops those stay (fp32 on converted tiles).
 constexpr int64_t kUkernelMinDim = 16;
-// P (forward P V, backward dV += P^T dO) enters the ukernel as bf16 hi + lo parts: rounding P to bf16 alone (as
-// SDPA's flash kernel does) doubled the output error against float64 on the test shapes and took dV's to 1.7x
-// SDPA's, above the 1.5x bound; hi + lo keeps 16 bits of P for one more bf16 product.
+// The forward's P V takes P rounded to bf16 once and divides each row by the sum of the rounded weights (the lse
+// stays exact), so rounding only perturbs the weights' ratios.  Divided by the exact sum (SDPA's way; its largest
+// weight, exp(0) = 1, is exact, which this kernel's fixed offset does not give), the output's error was 1.9-2.2x
+// SDPA's.  The backward's dV += P^T dO takes P as bf16 hi + lo parts: rounded once, dV's error was 1.7x SDPA's.
 constexpr bool kSplitP = true;
 
 inline bool bf16_ukernel(const Problem& P) {
@@ -69,12 +70,12 @@ struct Forward {
 
   struct Scratch {
     std::vector<T> q;
-    std::vector<float> s, acc, m, l, alpha;
+    std::vector<float> s, acc, m, l, lr, alpha;  // lr: sums of P's rounded weights (the ukernel's P V)
     std::vector<float> vt;         // bf16, fp16 without the ukernel: a value tile as float ([bk x Dv])
     std::vector<float> qf, kf;     // the same: the item's query rows and a key tile as float
     std::vector<float> vtt;        // a value tile transposed ([Dv x bk]) where P V reads it so (small_nn_form)
     std::vector<uint32_t> kT, vN;  // the ukernel: K^T and V tiles packed
-    std::vector<at::BFloat16> ph, pl;  // the ukernel: P's rows as bf16 hi and lo parts
+    std::vector<at::BFloat16> ph;  // the ukernel: P's rows in bf16
     std::vector<float> kTf;            // the fp32 ukernel: a key tile transposed ([D x bk])
     const bool uk, ukf;  // the worker's kind of products, fixed with the sizes here (a mode may change meanwhile)
     explicit Scratch(const Forward& f) : uk(f.ukernel()), ukf(f32_ukernel(f.P)) {
@@ -82,10 +83,10 @@ struct Forward {
       if (small_nn_form(f.P.Dv) == 1) vtt.resize(f.P.Dv * f.P.bk);
       const int64_t rows = f.P.G * f.P.bq;
       q.resize(rows * f.P.D); s.resize(rows * f.P.bk); acc.resize(rows * f.P.Dv);
-      m.resize(rows); l.resize(rows); alpha.resize(rows);
+      m.resize(rows); l.resize(rows); lr.resize(rows); alpha.resize(rows);
       if (uk) {
         kT.resize(vnni_words(f.P.D, f.P.bk)); vN.resize(vnni_words(f.P.bk, f.P.Dv));
-        ph.resize(rows * even(f.P.bk)); if (kSplitP) pl.resize(rows * even(f.P.bk));
+        ph.resize(rows * even(f.P.bk));
       } else if (kReduced) {
         vt.resize(f.P.bk * f.P.Dv); qf.resize(rows * f.P.D); kf.resize(f.P.bk * f.P.D);
       }
@@ -94,10 +95,10 @@ struct Forward {
 
   bool ukernel() const { return kBf16 && bf16_ukernel(P); }
 
-  // row rr of P (fp32, C keys) as bf16 hi and lo parts, the A operand of P V through the ukernel
-  void round_p(const float* srow, int64_t rr, int64_t C, Scratch& w) const {
-    const int64_t Ce = even(C);
-    round_rows<kSplitP>(srow, 1, C, P.bk, w.ph.data() + rr * Ce, w.pl.data() + rr * Ce, Ce);
+  // row rr of P (fp32, C keys) rounded to bf16, the A operand of P V through the ukernel; returns the sum of the
+  // rounded weights
+  float round_p(const float* srow, int64_t rr, int64_t C, Scratch& w) const {
+    return round_row_sum(srow, C, w.ph.data() + rr * even(C));
   }
 
   const T* qp() const { return P.q<T>(); }
@@ -132,6 +133,7 @@ struct Forward {
     }
     if (!fixed) std::fill(w.m.begin(), w.m.begin() + rows, -kInf);
     std::fill(w.l.begin(), w.l.begin() + rows, 0.0f);
+    std::fill(w.lr.begin(), w.lr.begin() + rows, 0.0f);
     bool first = true;
     for (int64_t j0 = 0; j0 < kend; j0 += P.bk) {
       const int64_t C = std::min(P.bk, kend - j0);
@@ -164,7 +166,7 @@ struct Forward {
         const float b = P.b ? P.b[h] : 0.0f, n = P.b ? P.n[h] : 0.0f;
         if (fixed) {
           w.l[rr] += fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, w.m[rr]);
-          if (uk_pv) round_p(srow, rr, C, w);
+          if (uk_pv) w.lr[rr] += round_p(srow, rr, C, w);
           continue;
         }
         float lo, hi;
@@ -189,7 +191,7 @@ struct Forward {
         w.l[rr] = w.l[rr] * a + sum;
         w.alpha[rr] = a;
         rescale = rescale || a != 1.0f;
-        if (uk_pv) round_p(srow, rr, C, w);
+        if (uk_pv) w.lr[rr] = w.lr[rr] * a + round_p(srow, rr, C, w);
       }
       if (!first && rescale)
         for (int64_t rr = 0; rr < rows; ++rr) {
@@ -201,10 +203,9 @@ struct Forward {
         few_rows_values(S, P.bk, vb + j0 * P.Dv, rows, C, P.Dv, first, w.acc.data());
       } else if (uk) {
         if constexpr (kBf16) {
-          const int64_t Ce = even(C);  // P's rows were rounded into ph, pl by the row loop
+          // P's rows were rounded into ph by the row loop
           vnni_pack(vb + j0 * P.Dv, C, P.Dv, P.Dv, w.vN.data());
-          gemm_vnni(rows, P.Dv, C, w.ph.data(), Ce, w.vN.data(), !first, w.acc.data(), P.Dv);
-          if (kSplitP) gemm_vnni(rows, P.Dv, C, w.pl.data(), Ce, w.vN.data(), true, w.acc.data(), P.Dv);
+          gemm_vnni(rows, P.Dv, C, w.ph.data(), even(C), w.vN.data(), !first, w.acc.data(), P.Dv);
         }
       } else if (ukf) {
         if constexpr (std::is_same_v<T, float>)
@@ -236,7 +237,7 @@ struct Forward {
         if (lse) lse[orow] = kInf;
         continue;
       }
-      const float inv = 1.0f / l;
+      const float inv = 1.0f / (uk_pv && w.lr[rr] > 0.0f ? w.lr[rr] : l);  // P V's rounded weights' sum (kSplitP)
       const float* arow = w.acc.data() + rr * P.Dv;
       for (int64_t d = 0; d < P.Dv; ++d) o[d] = T(arow[d] * inv);
       if (lse) lse[orow] = (w.m[rr] == -kInf ? 0.0f : w.m[rr]) + std::log(l);

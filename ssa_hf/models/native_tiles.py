@@ -385,6 +385,20 @@ inline void round_rows(const float* X, int64_t M, int64_t K, int64_t ldx, at::BF
   }
 }
 
+// one row x (C values, fp32) rounded to bf16 into h (a zero past C where C is odd); returns the sum of the rounded
+// values
+inline float round_row_sum(const float* x, int64_t C, at::BFloat16* h) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < C; ++c) {
+    const uint32_t a = bf16_bits(x[c]);
+    h[c].x = (uint16_t)a;
+    sum += bf16_value(a);
+  }
+  if (C % 2) h[C].x = 0;
+  return sum;
+}
+
 // dst [D x even(R)] (stride ldd) = src [R x D]^T (bf16 rows, stride lds), a zero column where R is odd: at::vec's
 // 32 x 32 block transposes (AVX-512 shuffles; a scalar loop elsewhere)
 inline void transpose_rows_bf16(const at::BFloat16* src, int64_t R, int64_t D, int64_t lds, at::BFloat16* dst,
