@@ -134,7 +134,9 @@ def test_bench_targets_every_group_end_to_end(tmp_path):
     rows = result["rows"]
     assert {r["group"] for r in rows} == {"attention", "memory", "accuracy", "decode", "training"}
     for row in rows:
-        assert row["error"] is None and row["value"] > 0 and row["verdict"] == "n/a" and row["command"], row
+        # a smoke-sized call's extra memory can read 0 MB (resident memory moves in pages)
+        least = 0 if row["group"] == "memory" else 1e-12
+        assert row["error"] is None and row["value"] >= least and row["verdict"] == "n/a" and row["command"], row
     accuracy = [r for r in rows if r["group"] == "accuracy"]
     assert [r["value"] <= 1.5 for r in accuracy] == [True, True]  # max abs, rms
     for row in accuracy:

@@ -9,9 +9,12 @@ returns 0 and receives zero gradients.
 Two custom ops (``torch.library``) carry the computation, so that ``torch.compile(fullgraph=True)`` and
 ``torch.export`` see one opaque node per direction instead of tracing the kernel:
 
-* ``ssa_hf::attention_forward(query, key, value, b, n, mask, causal, scale, block_q, block_k) -> (out, lse)``
-* ``ssa_hf::attention_backward(grad_out, query, key, value, out, lse, b, n, mask, causal, scale, block_q,
+* ``ssa_hf::attention_forward(query, key, value, b, n, mask, causal, scale, block_q, block_k) -> (out, lse, res)``
+* ``ssa_hf::attention_backward(grad_out, query, key, value, out, lse, res, b, n, mask, causal, scale, block_q,
   block_k, need_bn) -> (dq, dk, dv, db, dn)``
+
+``res`` is, for bfloat16, what rounding the output to bf16 dropped (``output_residual``: int8, one byte per output
+element), which the backward's ``delta = rowsum(out * grad_out)`` adds back; empty for other dtypes.
 
 Their implementation runs the fused C++ kernel of native.py (float32, bfloat16 and float16 read and written in
 their own dtype, with fp32 tile products, statistics and accumulation; no float32 copy of an input) or, for float64, on other devices, with non-finite inputs or where the kernel cannot be built, the same
@@ -129,6 +132,32 @@ class _Layout(NamedTuple):
     ssa: bool
 
 
+def _bf16_ulp(rounded: Tensor) -> Tensor:
+    """The float32 ulp of each bf16 element, from its exponent field e: 2^(max(e, 8) - 134) (coarser than the true
+    ulp below 2^-119), as the kernel's bf16_ulp."""
+    e = (rounded.view(torch.int16).to(torch.int32) >> 7) & 0xFF
+    return torch.exp2((e.clamp(min=8) - 134).to(torch.float32))
+
+
+def output_residual(exact: Tensor, rounded: Tensor) -> Tensor:
+    """What rounding the output to bf16 dropped, in 1/256ths of each element's bf16 ulp, as int8 (8 more mantissa
+    bits); an empty int8 tensor for other dtypes.  Without it the backward's delta = rowsum(out * grad_out) reads
+    the bf16 output alone, and SSA's score gradient multiplies that error by up to n * b (dq's largest error
+    measured 1.8x SDPA's own bf16 error; softmax multiplies it by 1)."""
+    if rounded.dtype != torch.bfloat16:
+        return rounded.new_empty((0,), dtype=torch.int8)
+    r = torch.nan_to_num((exact.float() - rounded.float()) * 256 / _bf16_ulp(rounded), 0.0, 127.0, -128.0)
+    return r.round_().clamp_(-128, 127).to(torch.int8)
+
+
+def refined_output(rounded: Tensor, residual: Tensor) -> Tensor:
+    """The output as the backward's delta reads it: the bf16 output plus its residual (float32), or the output
+    itself where there is no residual."""
+    if residual.numel() == 0:
+        return rounded
+    return rounded.float() + residual.float() * (_bf16_ulp(rounded) / 256)
+
+
 def _torch_forward(query, key, value, b, n, layout: _Layout):
     mask, causal, scale, ssa = layout
     B, H, Lq, _ = query.shape
@@ -146,14 +175,14 @@ def _torch_forward(query, key, value, b, n, layout: _Layout):
     return out.view(B, H, Lq, Dv).to(cd), lse.view(B, H, Lq).to(cd)
 
 
-def _torch_backward(grad_out, query, key, value, out, lse, b, n, layout: _Layout, need_bn):
+def _torch_backward(grad_out, query, key, value, out, lse, residual, b, n, layout: _Layout, need_bn):
     mask, causal, scale, ssa = layout
     B, H, Lq, D = query.shape
     Hkv, Lk = key.shape[1], key.shape[2]
     q, k, v, b5, n5, G = _grouped(query, key, value, b, n, ssa)
     cd = q.dtype
     do = grad_out.to(cd).reshape(B, Hkv, G, Lq, -1)
-    o = out.to(cd).reshape(B, Hkv, G, Lq, -1)
+    o = refined_output(out, residual).to(cd).reshape(B, Hkv, G, Lq, -1)
     lse5 = lse.to(cd).reshape(B, Hkv, G, Lq)
     dq = torch.empty_like(q)
     dk = torch.zeros_like(k)
@@ -200,7 +229,8 @@ def _use_native(query):
 
 
 def _kernel_forward(query, key, value, b, n, mask, causal, scale, block_q, block_k, need_lse):
-    """[out, lse] from the compiled kernel (lse empty without need_lse), or None where it does not take the call:
+    """[out, lse, res] from the compiled kernel (lse empty without need_lse; res: output_residual's for bf16 with
+    need_lse, else empty), or None where it does not take the call:
     not on CPU, float64, the kernel off or not built, or a non-finite query or key element (the torch path
     propagates those as eager attention does).  bf16 and fp16 are read as they are: no float32 copies.  The op
     makes its inputs contiguous and b, n float32 itself (no-ops for a decoding step's tensors; this runs per layer
@@ -214,14 +244,16 @@ def _kernel_forward(query, key, value, b, n, mask, causal, scale, block_q, block
 
 
 def _forward(query: Tensor, key: Tensor, value: Tensor, b: Tensor, n: Tensor, mask: Optional[Tensor],
-             causal: bool, scale: float, block_q: int, block_k: int) -> tuple[Tensor, Tensor]:
-    """out [B, H, Lq, Dv] and the row logsumexp of g [B, H, Lq] (+inf for rows without a visible key), both in
-    the compute dtype (float32, float64 for float64 inputs).  b, n: [H], or empty for softmax."""
+             causal: bool, scale: float, block_q: int, block_k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """out [B, H, Lq, Dv] (in the output dtype), the row logsumexp of g [B, H, Lq] (+inf for rows without a
+    visible key; float32, float64 for float64 inputs) and, for bf16, the output's residual (output_residual;
+    else empty).  b, n: [H], or empty for softmax."""
     res = _kernel_forward(query, key, value, b, n, mask, causal, scale, block_q, block_k, True)
     if res is not None:
-        return res[0], res[1]
-    out, lse = _torch_forward(query, key, value, b, n, _Layout(mask, causal, scale, b.numel() > 0))
-    return out.to(_out_dtype(query.dtype)), lse
+        return res[0], res[1], res[2]
+    exact, lse = _torch_forward(query, key, value, b, n, _Layout(mask, causal, scale, b.numel() > 0))
+    out = exact.to(_out_dtype(query.dtype))
+    return out, lse, output_residual(exact, out)
 
 
 attention_forward = torch.library.custom_op("ssa_hf::attention_forward", _forward, mutates_args=())
@@ -231,25 +263,27 @@ attention_forward = torch.library.custom_op("ssa_hf::attention_forward", _forwar
 def _(query, key, value, b, n, mask, causal, scale, block_q, block_k):
     cd = _compute_dtype(query.dtype)
     B, H, Lq, _ = query.shape
-    return (query.new_empty((B, H, Lq, value.shape[3]), dtype=_out_dtype(query.dtype)),
-            query.new_empty((B, H, Lq), dtype=cd))
+    out_dtype = _out_dtype(query.dtype)
+    res_shape = (B, H, Lq, value.shape[3]) if out_dtype == torch.bfloat16 else (0,)
+    return (query.new_empty((B, H, Lq, value.shape[3]), dtype=out_dtype), query.new_empty((B, H, Lq), dtype=cd),
+            query.new_empty(res_shape, dtype=torch.int8))
 
 
 def _backward_kernel(grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor, lse: Tensor,
-                     b: Tensor, n: Tensor, mask: Optional[Tensor], causal: bool, scale: float, block_q: int,
-                     block_k: int, need_bn: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                     residual: Tensor, b: Tensor, n: Tensor, mask: Optional[Tensor], causal: bool, scale: float,
+                     block_q: int, block_k: int, need_bn: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Gradients of query, key, value (in their dtypes) and, with need_bn (SSA), of b and n ([H], else empty)."""
     ssa = b.numel() > 0
     need_bn = need_bn and ssa
     ops = load_kernels() if _use_native(query) else None
     res = None
     if ops is not None:  # the op makes its inputs contiguous and in the dtypes it reads
-        res = ops.backward(grad_out, query, key, value, out, lse, b, n, mask, causal, scale, block_q, block_k, need_bn,
-                           _SERIAL_FLOPS)
+        res = ops.backward(grad_out, query, key, value, out, lse, residual, b, n, mask, causal, scale, block_q, block_k,
+                           need_bn, _SERIAL_FLOPS)
     if res:
         dq, dk, dv, dn, db = res
     else:
-        dq, dk, dv, db, dn = _torch_backward(grad_out, query, key, value, out, lse, b, n,
+        dq, dk, dv, db, dn = _torch_backward(grad_out, query, key, value, out, lse, residual, b, n,
                                              _Layout(mask, causal, scale, ssa), need_bn)
     # contiguous, as the fake implementation says (whatever the strides of the inputs)
     return (dq.to(query.dtype).contiguous(), dk.to(key.dtype).contiguous(), dv.to(value.dtype).contiguous(),
@@ -260,7 +294,7 @@ attention_backward = torch.library.custom_op("ssa_hf::attention_backward", _back
 
 
 @attention_backward.register_fake
-def _(grad_out, query, key, value, out, lse, b, n, mask, causal, scale, block_q, block_k, need_bn):
+def _(grad_out, query, key, value, out, lse, residual, b, n, mask, causal, scale, block_q, block_k, need_bn):
     shape = b.shape if need_bn and b.numel() > 0 else (0,)
     return (query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape),
             b.new_empty(shape), n.new_empty(shape))
@@ -268,21 +302,26 @@ def _(grad_out, query, key, value, out, lse, b, n, mask, causal, scale, block_q,
 
 def _setup_context(ctx, inputs, output):
     query, key, value, b, n, mask, causal, scale, block_q, block_k = inputs
-    out, lse = output
-    ctx.save_for_backward(query, key, value, out, lse, b, n, mask)
+    out, lse, residual = output
+    ctx.save_for_backward(query, key, value, out, lse, residual, b, n, mask)
+    # lse and the residual take no gradient: without this autograd hands the backward zero tensors of their shapes
+    # (the residual's: one more output-sized allocation at the backward's peak)
+    ctx.set_materialize_grads(False)
     ctx.meta = (causal, scale, block_q, block_k)
 
 
 def _gradients(ctx, grad_out, backward):
-    query, key, value, out, lse, b, n, mask = ctx.saved_tensors
+    if grad_out is None:  # nothing reached the output (gradients are not materialised)
+        return (None,) * 10
+    query, key, value, out, lse, residual, b, n, mask = ctx.saved_tensors
     causal, scale, block_q, block_k = ctx.meta
     need_b, need_n = ctx.needs_input_grad[3], ctx.needs_input_grad[4]
-    dq, dk, dv, db, dn = backward(grad_out, query, key, value, out, lse, b, n, mask, causal, scale, block_q, block_k,
-                                  need_b or need_n)
+    dq, dk, dv, db, dn = backward(grad_out, query, key, value, out, lse, residual, b, n, mask, causal, scale, block_q,
+                                  block_k, need_b or need_n)
     return dq, dk, dv, db if need_b else None, dn if need_n else None, None, None, None, None, None
 
 
-def _backward(ctx, grad_out, grad_lse):
+def _backward(ctx, grad_out, grad_lse, grad_residual):
     return _gradients(ctx, grad_out, attention_backward)
 
 
@@ -302,12 +341,12 @@ class _EagerAttention(torch.autograd.Function):
         inputs = (query, key, value, b, n, mask, causal, scale, block_q, block_k)
         output = _forward(*inputs)
         _setup_context(ctx, inputs, output)
-        ctx.mark_non_differentiable(output[1])
+        ctx.mark_non_differentiable(output[1], output[2])
         return output
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out, grad_lse):
+    def backward(ctx, grad_out, grad_lse, grad_residual):
         return _gradients(ctx, grad_out, _backward_kernel)
 
 
@@ -436,7 +475,7 @@ def run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q=BLOCK
                 return res[0]
             out = _torch_forward(query, key, value, b, n, _Layout(mask, bool(is_causal), scale, b.numel() > 0))[0]
             return out if out.dtype == query.dtype else out.to(query.dtype)
-    out, _ = run(query, key, value, b, n, mask, bool(is_causal), scale, block_q, block_k)
+    out = run(query, key, value, b, n, mask, bool(is_causal), scale, block_q, block_k)[0]
     return out.to(query.dtype)
 
 

@@ -65,6 +65,7 @@ struct Forward {
   const Problem& P;
   T* out;       // [B, H, Lq, Dv]
   float* lse;   // [B, H, Lq] or nullptr
+  int8_t* res;  // bf16 with lse: out's residual (bf16_residual), [B, H, Lq, Dv]; else nullptr
   int64_t nqb;
   std::atomic<bool>* nonfinite;  // set when a q or k element (bounded rows) or a visible score is not finite
 
@@ -94,12 +95,6 @@ struct Forward {
   };
 
   bool ukernel() const { return kBf16 && bf16_ukernel(P); }
-
-  // row rr of P (fp32, C keys) rounded to bf16, the A operand of P V through the ukernel; returns the sum of the
-  // rounded weights
-  float round_p(const float* srow, int64_t rr, int64_t C, Scratch& w) const {
-    return round_row_sum(srow, C, w.ph.data() + rr * even(C));
-  }
 
   const T* qp() const { return P.q<T>(); }
   const T* kp() const { return P.k<T>(); }
@@ -166,7 +161,7 @@ struct Forward {
         const float b = P.b ? P.b[h] : 0.0f, n = P.b ? P.n[h] : 0.0f;
         if (fixed) {
           w.l[rr] += fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, w.m[rr]);
-          if (uk_pv) w.lr[rr] += round_p(srow, rr, C, w);
+          if (uk_pv) w.lr[rr] += round_row_sum(srow, C, w.ph.data() + rr * even(C));  // P V's A operand
           continue;
         }
         float lo, hi;
@@ -191,7 +186,7 @@ struct Forward {
         w.l[rr] = w.l[rr] * a + sum;
         w.alpha[rr] = a;
         rescale = rescale || a != 1.0f;
-        if (uk_pv) w.lr[rr] = w.lr[rr] * a + round_p(srow, rr, C, w);
+        if (uk_pv) w.lr[rr] = w.lr[rr] * a + round_row_sum(srow, C, w.ph.data() + rr * even(C));
       }
       if (!first && rescale)
         for (int64_t rr = 0; rr < rows; ++rr) {
@@ -235,11 +230,13 @@ struct Forward {
       if (first || l == 0.0f) {  // no visible key: output 0, lse +inf (no weight, no gradient)
         std::fill(o, o + P.Dv, T(0.0f));
         if (lse) lse[orow] = kInf;
+        if (res) std::fill(res + orow * P.Dv, res + (orow + 1) * P.Dv, int8_t(0));
         continue;
       }
       const float inv = 1.0f / (uk_pv && w.lr[rr] > 0.0f ? w.lr[rr] : l);  // P V's rounded weights' sum (kSplitP)
       const float* arow = w.acc.data() + rr * P.Dv;
       for (int64_t d = 0; d < P.Dv; ++d) o[d] = T(arow[d] * inv);
+      if constexpr (kBf16) if (res) write_residual(arow, inv, o, P.Dv, res + orow * P.Dv);
       if (lse) lse[orow] = (w.m[rr] == -kInf ? 0.0f : w.m[rr]) + std::log(l);
     }
   }
@@ -256,6 +253,7 @@ struct Backward {
   static constexpr bool kReduced = !std::is_same_v<T, float>;
   const Problem& P;
   const T *dout, *out;             // [B, H, Lq, Dv], [B, H, Lq, Dv]
+  const int8_t* res;               // bf16: out's residual from the forward ([B, H, Lq, Dv]) or nullptr
   const float* lse;                // [B, H, Lq]
   float* dqp;                      // [chunks, B, H, Lq, D]: each chunk's partial sums (float with chunks == 1: the
                                    // result; reduced with chunks == 1: unused, the item's scratch holds them)
@@ -318,8 +316,8 @@ struct Backward {
   };
 
   // A key block range's rows of K are finite and, with the item's query rows, give finite scale |q| |k|
-  // products; rows of delta = rowsum(out * dout) from istart on.  Everything here is per item, inside the
-  // call's one parallel region (every barrier costs a scheduler slice on a busy machine).
+  // products; rows of delta = rowsum(out * dout) from istart on (row_delta).  Everything here is per item, inside
+  // the call's one parallel region (every barrier costs a scheduler slice on a busy machine).
   bool prepare(int64_t bi, int64_t hk, int64_t j0, int64_t j1, int64_t istart, float* delta) const {
     const T* kb = P.k<T>() + (bi * P.Hkv + hk) * P.Lk * P.D;
     float kmax = 0.0f, qmax = 0.0f;
@@ -337,11 +335,10 @@ struct Backward {
         const T* qq = P.q<T>() + (bh * P.Lq + i) * P.D;
         const T* o = out + (bh * P.Lq + i) * P.Dv;
         const T* dd = dout + (bh * P.Lq + i) * P.Dv;
-        float sq = 0.0f, acc = 0.0f;
+        float sq = 0.0f;
 #pragma omp simd reduction(+ : sq)
         for (int64_t d = 0; d < P.D; ++d) sq += (float)qq[d] * (float)qq[d];
-#pragma omp simd reduction(+ : acc)
-        for (int64_t d = 0; d < P.Dv; ++d) acc += (float)o[d] * (float)dd[d];
+        const float acc = row_delta(o, res ? res + (bh * P.Lq + i) * P.Dv : nullptr, dd, P.Dv);
         ok = ok && std::isfinite(sq);
         qmax = std::max(qmax, sq);
         delta[g * P.Lq + i] = acc;

@@ -38,7 +38,9 @@ Problem make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   return P;
 }
 
-// Forward: returns {out [B, H, Lq, Dv], lse [B, H, Lq]}, or {} when a query or key element is not finite.
+// Forward: returns {out [B, H, Lq, Dv], lse [B, H, Lq], res}, or {} when a query or key element is not finite.  res:
+// for bf16 with need_lse, out's residual (int8 [B, H, Lq, Dv], bf16_residual: what rounding out to bf16 dropped, which
+// the backward's delta reads); else empty.
 // Rows whose |g| bound (Cauchy-Schwarz) is at most fixed_max use it as a fixed offset: one pass per tile, no
 // running maximum, no rescaling of the partial output (40 keeps exp(g - bound) >= exp(-80), a normal float32).
 // The inputs are taken as they come and made what the kernel reads here (contiguous; k and v in q's dtype; b and n
@@ -55,11 +57,15 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q_in, const at::Tens
   P.fixed_max = (float)fixed_max;
   at::Tensor out = at::empty({P.B, P.H, P.Lq, P.Dv}, q.options());
   at::Tensor lse = at::empty({need_lse ? P.B : 0, P.H, P.Lq}, q.options().dtype(at::kFloat));
-  if (P.Lq == 0) return {out, lse};
+  const bool need_res = need_lse && P.dtype == at::kBFloat16;
+  at::Tensor res = need_res ? at::empty({P.B, P.H, P.Lq, P.Dv}, q.options().dtype(at::kChar))
+                            : at::empty({0}, q.options().dtype(at::kChar));
+  if (P.Lq == 0) return {out, lse, res};
   if (P.Lk == 0) {
     out.zero_();
+    res.zero_();
     if (need_lse) lse.fill_(kInf);
-    return {out, lse};
+    return {out, lse, res};
   }
   // Short query blocks (decoding steps): the bound would read all of K once more for a handful of rows; run the
   // online maximum, which checks the scores it sees for inf/NaN instead.
@@ -76,26 +82,28 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q_in, const at::Tens
   std::atomic<bool> nonfinite{false};
   float* lsep = need_lse ? lse.data_ptr<float>() : nullptr;
   if (P.dtype == at::kBFloat16) {
-    Forward<at::BFloat16> f{P, out.data_ptr<at::BFloat16>(), lsep, nqb, &nonfinite};
+    Forward<at::BFloat16> f{P, out.data_ptr<at::BFloat16>(), lsep, need_res ? res.data_ptr<int8_t>() : nullptr, nqb,
+                            &nonfinite};
     run_items(nqb * P.B * P.Hkv, f, problem_flops(P) < serial_flops);
   } else if (P.dtype == at::kHalf) {
-    Forward<at::Half> f{P, out.data_ptr<at::Half>(), lsep, nqb, &nonfinite};
+    Forward<at::Half> f{P, out.data_ptr<at::Half>(), lsep, nullptr, nqb, &nonfinite};
     run_items(nqb * P.B * P.Hkv, f, problem_flops(P) < serial_flops);
   } else {
-    Forward<float> f{P, out.data_ptr<float>(), lsep, nqb, &nonfinite};
+    Forward<float> f{P, out.data_ptr<float>(), lsep, nullptr, nqb, &nonfinite};
     run_items(nqb * P.B * P.Hkv, f, problem_flops(P) < serial_flops);
   }
   if (nonfinite.load()) return {};
-  return {out, lse};
+  return {out, lse, res};
 }
 
-// Backward: returns {dq, dk, dv, dn [H], db [H]} (dn, db in the dtype of n and b); summed in float64 over rows:
+// Backward (res: the forward's residual of out, or empty): returns {dq, dk, dv, dn [H], db [H]} (dn, db in the
+// dtype of n and b); summed in float64 over rows:
 // dL/dn = sum(dL/dg * g) / n, dL/db = sum(q . dq) / b; both empty for softmax or when need_bn is false.
 // The inputs are made what the kernel reads here, as in the forward (contiguous; dout, k, v, out in q's dtype; lse,
 // b, n float32).
 std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
                                            const at::Tensor& v_in, const at::Tensor& out_in, const at::Tensor& lse_in,
-                                           const at::Tensor& b_in, const at::Tensor& n_in,
+                                           const at::Tensor& res_in, const at::Tensor& b_in, const at::Tensor& n_in,
                                            const c10::optional<at::Tensor>& mask, bool causal, double scale,
                                            int64_t bq, int64_t bk, bool need_bn, double serial_flops) {
   const at::Tensor q = q_in.contiguous();
@@ -105,6 +113,11 @@ std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout_in, const at::
   const at::Tensor lse = lse_in.to(at::kFloat).contiguous();
   const at::Tensor b = b_in.to(at::kFloat).contiguous(), n = n_in.to(at::kFloat).contiguous();
   Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
+  // out's residual from the forward (bf16; empty: delta from out alone)
+  const bool has_res = res_in.numel() > 0;
+  TORCH_CHECK(!has_res || (dt == at::kBFloat16 && res_in.scalar_type() == at::kChar && res_in.sizes() == out.sizes()),
+              "ssa_hf fused kernel: the output's residual is int8 of the output's shape, for bf16 only");
+  const at::Tensor res = has_res ? res_in.contiguous() : res_in;
   const bool bn = need_bn && P.b != nullptr;
   const bool reduced = P.dtype != at::kFloat;
   if (P.Lq == 0) return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kFloat)), at::zeros({bn ? P.H : 0}, q.options().dtype(at::kFloat))};
@@ -133,7 +146,8 @@ std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout_in, const at::
     const bool serial = problem_flops(P) < serial_flops;
     auto launch = [&](auto zero) {
       using T = decltype(zero);
-      Backward<T> f{P, dout.data_ptr<T>(), out.data_ptr<T>(), lse.data_ptr<float>(), dqp.data_ptr<float>(),
+      Backward<T> f{P, dout.data_ptr<T>(), out.data_ptr<T>(), has_res ? res.data_ptr<int8_t>() : nullptr,
+                    lse.data_ptr<float>(), dqp.data_ptr<float>(),
                     dq.data_ptr<T>(), dk.data_ptr<T>(), dv.data_ptr<T>(), dnpp, qdqp, nkb, chunks, done.get(),
                     &nonfinite};
       run_items(P.B * P.Hkv * chunks, f, serial);

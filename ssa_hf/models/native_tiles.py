@@ -300,6 +300,44 @@ inline float bf16_value(uint32_t h) {
   return f;
 }
 
+// The output's residual: what rounding a bf16 output element's fp32 value dropped, in 1/256ths of the element's bf16
+// ulp, as int8 (8 more bits of mantissa, one byte per element).  The ulp is read from the bf16 bits alone (exponent
+// field e: 2^(max(e, 8) - 134); below 2^-119 it is coarser than the true ulp), so the backward recovers it exactly.
+inline float bf16_ulp(uint16_t h) {
+  const uint32_t u = (uint32_t)(std::max<int>((h >> 7) & 0xFF, 8) - 7) << 23;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline int8_t bf16_residual(float x, at::BFloat16 rounded) {
+  const float r = std::nearbyint((x - (float)rounded) * 256.0f / bf16_ulp(rounded.x));
+  return (int8_t)std::max(-128.0f, std::min(127.0f, r));
+}
+// the residuals of the row x * scale written to bf16 as o
+inline void write_residual(const float* x, float scale, const at::BFloat16* o, int64_t n, int8_t* res) {
+  for (int64_t d = 0; d < n; ++d) res[d] = bf16_residual(x[d] * scale, o[d]);
+}
+inline float bf16_refined(at::BFloat16 rounded, int8_t residual) {
+  return (float)rounded + (float)residual * (bf16_ulp(rounded.x) * (1.0f / 256.0f));
+}
+
+// One row's delta = rowsum(out * dout), out refined by its residual where the forward kept one (bf16): from the
+// bf16 output alone, the error of delta, which SSA's g' multiplies by up to n b, took dq's largest error to 1.8x
+// SDPA's own
+template <typename T>
+inline float row_delta(const T* o, const int8_t* res, const T* dd, int64_t Dv) {
+  float acc = 0.0f;
+  if constexpr (std::is_same_v<T, at::BFloat16>) {
+    if (res) {
+      for (int64_t d = 0; d < Dv; ++d) acc += bf16_refined(o[d], res[d]) * (float)dd[d];
+      return acc;
+    }
+  }
+#pragma omp simd reduction(+ : acc)
+  for (int64_t d = 0; d < Dv; ++d) acc += (float)o[d] * (float)dd[d];
+  return acc;
+}
+
 // B [K x N] bf16 rows (stride ldb), packed: pairs along K
 inline void vnni_pack(const at::BFloat16* B, int64_t K, int64_t N, int64_t ldb, uint32_t* dst) {
   const int64_t Ke = even(K);

@@ -281,8 +281,8 @@ def _cpu_has_bf16_ukernel():
 @pytest.mark.parametrize("D, Dv", [(32, 32), (64, 48), (64, 96), (34, 40)])
 def test_bf16_ukernel_tiles(D, Dv, kernel):
     """bf16 through the brgemm ukernel (forced on, native and portable passes): VNNI packing of K^T, V, K, Q^T,
-    dO^T, P (the forward's rounded once, the backward's hi + lo) and dS with odd key tiles (70 = a 64-column block and a 6-wide tail, then 13) and odd query
-    blocks (40, 40, 3), value widths other than D (48; 96 = two column blocks), grouped-query heads, causal, and a
+    dO^T, P (the forward's rounded once, the backward's hi + lo) and dS with odd key tiles (70 = a 64-column block
+    and a 6-wide tail, then 13) and odd query blocks (40, 40, 3), value widths other than D (48; 96 = two column blocks), grouped-query heads, causal, and a
     padding mask with a fully masked query row, against the float64 oracle on the same rounded inputs: within
     bf16's tolerance, and no further from it than 1.5x the fp32-tile path's error (plus bf16's rounding of one
     output step), forward and every input gradient."""
@@ -343,6 +343,87 @@ def test_bf16_ukernel_forward_error_within_sdpa_error(scoring, kernel):
         ops.set_bf16_brgemm(-1)
     error, bound = (out.double() - want).abs().max().item(), 1.5 * sdpa_error.abs().max().item()
     assert error <= bound, f"{scoring}: out error {error:.3g} > 1.5 x SDPA's ({bound:.3g})"
+
+
+def test_output_residual_restores_the_bits_bf16_dropped():
+    """output_residual keeps what rounding to bf16 dropped as int8 in 1/256ths of each element's ulp: the refined
+    output is within 1/512 of an ulp of the exact value (1/256 where the residual saturates at -128 / 127), over
+    magnitudes from 1e-30 to 1e30, zeros and both signs; NaN and inf differences give a finite residual; other
+    dtypes get an empty residual and refined_output returns the output itself."""
+    gen = torch.Generator().manual_seed(70)
+    exact = torch.randn(4096, generator=gen) * torch.logspace(-30, 30, 4096)
+    exact[:8] = torch.tensor([0.0, -0.0, 1.0, -1.0, 1.0039, 255.9, 3.3e38, 1e-38])
+    rounded = exact.to(torch.bfloat16)
+    residual = bw.output_residual(exact, rounded)
+    assert residual.dtype == torch.int8 and residual.shape == exact.shape
+    refined = bw.refined_output(rounded, residual)
+    ulp = bw._bf16_ulp(rounded)
+    assert ((refined - exact).abs() <= ulp / 256 + 1e-45).all()
+    assert ((refined - exact).abs() <= (rounded.float() - exact).abs() + 1e-45).all()
+    assert ((refined - exact).abs() < ulp / 512 * 1.01).float().mean() > 0.99
+    odd = bw.output_residual(torch.tensor([float("nan"), float("inf"), -float("inf")]),
+                             torch.tensor([1.0, 1.0, 1.0], dtype=torch.bfloat16))
+    assert odd.tolist() == [0, 127, -128]
+    half = exact.half()
+    assert bw.output_residual(exact, half).numel() == 0 and bw.refined_output(half, half.new_empty(0)) is half
+
+
+@pytest.mark.parametrize("is_causal", [True, False])
+def test_bf16_kernel_output_residual_matches_float32(is_causal, kernel):
+    """The forward's residual (bf16 with a gradient to come): with fp32 tile products the bf16 output refined by it
+    is as close to the float32 run's output as float32 allows, far closer than the bf16 output itself (through the
+    bf16 ukernel, whose P is rounded to bf16, closer in root-mean-square); the residual is int8 of the output's
+    shape, zero on a row that sees no key, and absent (empty) for float16 and float32."""
+    q, k, v, b, n = _inputs(2, 4, 2, 40, 40, 32, seed=71, big=1.0, dtype=torch.bfloat16)
+    mask = _padding_mask(2, 40, 40, seed=71)
+    mask[1, :, 5] = False
+    args = (b, n, None if is_causal else mask, is_causal, 32 ** -0.5, bw.BLOCK_Q, bw.BLOCK_K)
+    want = bw.attention_forward(q.float(), k.float(), v.float(), *args)[0]
+    ops = native.load_kernels() if kernel != "torch" else None
+    modes = (0, 1) if ops is not None and _cpu_has_bf16_ukernel() else (0,)
+    try:
+        for mode in modes:
+            if ops is not None:
+                ops.set_bf16_brgemm(mode)
+            out, _, residual = bw.attention_forward(q, k, v, *args)
+            assert residual.dtype == torch.int8 and residual.shape == out.shape
+            refined, rounded = bw.refined_output(out, residual) - want, out.float() - want
+            if mode == 0:
+                assert 0 < refined.abs().max().item() <= rounded.abs().max().item() / 16
+            else:
+                assert refined.pow(2).mean() < rounded.pow(2).mean()
+            if not is_causal:
+                assert (residual[1, :, 5] == 0).all() and (out[1, :, 5] == 0).all()
+    finally:
+        if ops is not None:
+            ops.set_bf16_brgemm(-1)
+    for dtype in (torch.float16, torch.float32):
+        assert bw.attention_forward(q.to(dtype), k.to(dtype), v.to(dtype), *args)[2].numel() == 0
+
+
+def test_bf16_gradient_error_within_sdpa_error_one_kv_head_per_head(kernel):
+    """bf16 SSA gradients against the float64 oracle, one key/value head per query head, causal, per-head b and n
+    up to 1.2 and 2.0: every input gradient's max error within 1.5x SDPA's own bf16 error on the same inputs.  The
+    backward's delta = rowsum(out * grad_out) reads the output refined by its residual: from the bf16 output alone,
+    SSA's g' (up to n b = 2.4 here) multiplied delta's error into dq's (1.77x SDPA's at this shape)."""
+    B, H, L, D = 1, 8, 512, 64
+    gen = torch.Generator().manual_seed(23)
+    q, k, v = (torch.randn(B, H, L, D, generator=gen).bfloat16() for _ in range(3))
+    dout = torch.randn(B, H, L, D, generator=gen, dtype=torch.float64)
+    b, n = torch.linspace(0.5, 1.2, H), torch.linspace(1.0, 2.0, H)
+
+    def grads(fn, dtype):
+        leaves = [t.detach().to(dtype).clone().requires_grad_(True) for t in (q, k, v)]
+        (fn(*leaves).double() * dout).sum().backward()
+        return [t.grad.double() for t in leaves]
+
+    want_ssa = grads(lambda *x: reference_attention(*x, b.double(), n.double(), is_causal=True), torch.float64)
+    want_soft = grads(lambda *x: reference_attention(*x, is_causal=True, scoring="softmax"), torch.float64)
+    ours = grads(lambda *x: blockwise_attention(*x, b, n, is_causal=True), torch.bfloat16)
+    sdpa = grads(lambda *x: F.scaled_dot_product_attention(*x, is_causal=True), torch.bfloat16)
+    for name, got, want, base, base_want in zip(("dq", "dk", "dv"), ours, want_ssa, sdpa, want_soft):
+        error, bound = (got - want).abs().max().item(), 1.5 * (base - base_want).abs().max().item()
+        assert error <= bound, f"{kernel} {name}: error {error:.3g} > 1.5 x SDPA's ({bound:.3g})"
 
 
 def test_bf16_ukernel_follows_torchs_onednn_switch(kernel):
@@ -587,7 +668,7 @@ def test_no_grad_calls_skip_the_op_and_give_its_result():
     q, k, v, b, n = _inputs(1, 4, 2, 24, 24, 8, seed=4)
     with torch.no_grad():
         direct = blockwise_attention(q, k, v, b, n, is_causal=True)
-    via_op, _ = bw.attention_forward(q, k, v, b, n, None, True, 8 ** -0.5, bw.BLOCK_Q, bw.BLOCK_K)
+    via_op = bw.attention_forward(q, k, v, b, n, None, True, 8 ** -0.5, bw.BLOCK_Q, bw.BLOCK_K)[0]
     assert torch.equal(direct, via_op)
     with FakeTensorMode():
         fq, fk, fv = torch.randn(1, 4, 24, 8), torch.randn(1, 2, 24, 8), torch.randn(1, 2, 24, 8)
@@ -676,8 +757,9 @@ def test_reduced_precision_op_matches_its_fake_kernel(dtype, kernel):
     q, k, v, b, n = _inputs(1, 4, 2, 20, 20, 8, seed=42, big=1.0, dtype=dtype)
     q, k, v = (t.requires_grad_(True) for t in (q, k, v))
     args = (q, k, v, b.float(), n.float(), None, True, 8 ** -0.5, 8, 8)
-    out, lse = bw.attention_forward(*args)
-    assert out.dtype == dtype and lse.dtype == torch.float32
+    out, lse, residual = bw.attention_forward(*args)
+    assert out.dtype == dtype and lse.dtype == torch.float32 and residual.dtype == torch.int8
+    assert residual.shape == (out.shape if dtype == torch.bfloat16 else (0,))
     torch.library.opcheck(bw.attention_forward, args)
 
 
