@@ -9,7 +9,7 @@ assume what passes there.
 
 - `eager`: materialised weights, every scoring function (linear attention in linear time, linear.py);
 - `flex`: FlexAttention with a score_mod derived from the entry's logits (flex.py);
-- `blockwise`: the fused CPU kernel, a torch custom op (`torch.ops.ssa_hf.attention_forward`, blockwise.py).
+- `blockwise`: the fused CPU kernel, a torch custom op (`torch.ops.ssa_hf.attention_forward_v2`, blockwise.py).
 
 Part of the remote-code unit: imports only torch and siblings.
 """
@@ -241,7 +241,7 @@ BACKENDS: dict[str, Backend] = {
     "flex": Backend("flex", "FlexAttention with a score_mod from the entry's logits", _flex_scoring, _flex_conditions,
                     _flex_prefers, _flex_run),
     "blockwise": Backend("blockwise", "fused CPU kernel, memory linear in the length (custom op "
-                         "`torch.ops.ssa_hf.attention_forward`)", _blockwise_scoring, _blockwise_conditions,
+                         "`torch.ops.ssa_hf.attention_forward_v2`)", _blockwise_scoring, _blockwise_conditions,
                          _blockwise_prefers, _blockwise_run, bind=_blockwise_bind),
 }
 BACKEND_NAMES = tuple(BACKENDS)

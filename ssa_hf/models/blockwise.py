@@ -9,12 +9,15 @@ returns 0 and receives zero gradients.
 Two custom ops (``torch.library``) carry the computation, so that ``torch.compile(fullgraph=True)`` and
 ``torch.export`` see one opaque node per direction instead of tracing the kernel:
 
-* ``ssa_hf::attention_forward(query, key, value, b, n, mask, causal, scale, block_q, block_k) -> (out, lse, res)``
-* ``ssa_hf::attention_backward(grad_out, query, key, value, out, lse, res, b, n, mask, causal, scale, block_q,
+* ``ssa_hf::attention_forward_v2(query, key, value, b, n, mask, causal, scale, block_q, block_k) -> (out, lse, res)``
+* ``ssa_hf::attention_backward_v2(grad_out, query, key, value, out, lse, res, b, n, mask, causal, scale, block_q,
   block_k, need_bn) -> (dq, dk, dv, db, dn)``
 
 ``res`` is, for bfloat16, what rounding the output to bf16 dropped (``output_residual``: int8, one byte per output
-element), which the backward's ``delta = rowsum(out * grad_out)`` adds back; empty for other dtypes.
+element), which the backward's ``delta = rowsum(out * grad_out)`` adds back; empty for other dtypes.  The names carry
+the schema's version (v2: with ``res``): checkpoints carry copies of this file, a process may import several, and
+torch.library lets the last registration of a name replace the op for every copy that holds it, so copies with
+another schema (``ssa_hf::attention_forward -> (out, lse)`` before 2026-12-05) must not share the name.
 
 Their implementation runs the fused C++ kernel of native.py (float32, bfloat16 and float16 read and written in
 their own dtype, with fp32 tile products, statistics and accumulation; no float32 copy of an input) or, for float64, on other devices, with non-finite inputs or where the kernel cannot be built, the same
@@ -256,7 +259,7 @@ def _forward(query: Tensor, key: Tensor, value: Tensor, b: Tensor, n: Tensor, ma
     return out, lse, output_residual(exact, out)
 
 
-attention_forward = torch.library.custom_op("ssa_hf::attention_forward", _forward, mutates_args=())
+attention_forward = torch.library.custom_op("ssa_hf::attention_forward_v2", _forward, mutates_args=())
 
 
 @attention_forward.register_fake
@@ -290,7 +293,7 @@ def _backward_kernel(grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor
             db.to(b.dtype) if need_bn else b.new_empty((0,)), dn.to(n.dtype) if need_bn else n.new_empty((0,)))
 
 
-attention_backward = torch.library.custom_op("ssa_hf::attention_backward", _backward_kernel, mutates_args=())
+attention_backward = torch.library.custom_op("ssa_hf::attention_backward_v2", _backward_kernel, mutates_args=())
 
 
 @attention_backward.register_fake

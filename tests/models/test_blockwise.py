@@ -1,6 +1,7 @@
 """Tests of the blockwise (memory-efficient) attention kernel against the float64 oracle (tests/models/oracle.py)."""
 
 import warnings
+from typing import Optional
 
 import pytest
 import torch
@@ -424,6 +425,35 @@ def test_bf16_gradient_error_within_sdpa_error_one_kv_head_per_head(kernel):
     for name, got, want, base, base_want in zip(("dq", "dk", "dv"), ours, want_ssa, sdpa, want_soft):
         error, bound = (got - want).abs().max().item(), 1.5 * (base - base_want).abs().max().item()
         assert error <= bound, f"{kernel} {name}: error {error:.3g} > 1.5 x SDPA's ({bound:.3g})"
+
+
+def test_an_older_copys_ops_leave_this_copys_alone():
+    """Checkpoints carry copies of blockwise.py, and a process may import an older one (its ops named
+    ssa_hf::attention_forward / attention_backward, the forward returning (out, lse)); torch.library lets the last
+    registration of a name replace the op for every copy holding it, so this copy's ops carry the schema's version
+    in their names and still run themselves, with their three outputs, forward and backward."""
+    from torch import Tensor
+
+    def older_forward(query: Tensor, key: Tensor, value: Tensor, b: Tensor, n: Tensor, mask: Optional[Tensor],
+                      causal: bool, scale: float, block_q: int, block_k: int) -> tuple[Tensor, Tensor]:
+        return query.clone(), query.new_zeros(query.shape[:3])
+
+    def older_backward(grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor, lse: Tensor,
+                       b: Tensor, n: Tensor, mask: Optional[Tensor], causal: bool, scale: float, block_q: int,
+                       block_k: int, need_bn: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        return query.clone(), key.clone(), value.clone(), b.clone(), n.clone()
+
+    torch.library.custom_op("ssa_hf::attention_forward", older_forward, mutates_args=())
+    torch.library.custom_op("ssa_hf::attention_backward", older_backward, mutates_args=())
+    q, k, v, b, n = _inputs(1, 4, 2, 12, 12, 16, seed=72, big=1.0, dtype=torch.bfloat16)
+    q.requires_grad_(True)
+    args = (b, n, None, True, 16 ** -0.5, bw.BLOCK_Q, bw.BLOCK_K)
+    out, lse, residual = bw.attention_forward(q, k, v, *args)
+    want = reference_attention(q.detach().double(), k.double(), v.double(), b.double(), n.double(), is_causal=True)
+    torch.testing.assert_close(out.double(), want, rtol=2e-2, atol=2e-2)
+    assert residual.shape == out.shape
+    out.float().sum().backward()
+    assert q.grad is not None and not torch.equal(q.grad, torch.ones_like(q.grad))
 
 
 def test_bf16_ukernel_follows_torchs_onednn_switch(kernel):

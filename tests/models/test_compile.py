@@ -1,5 +1,5 @@
 """torch.compile(fullgraph=True) and torch.export of both model families with the default attention
-(`ssa_auto`, the fused kernel as the custom op ssa_hf::attention_forward/backward) give the eager results.
+(`ssa_auto`, the fused kernel as the custom op ssa_hf::attention_forward_v2/backward_v2) give the eager results.
 
 Compiling costs seconds per graph here, so each test compiles once: training graphs (forward and backward) on
 aot_eager, inference on inductor (llama in the default run, bert among the slow tests) and torch.export; a
@@ -74,7 +74,7 @@ def test_export_matches_eager_and_contains_the_ssa_op(family):
     model = build(family).eval()
     kwargs = _inputs(family)
     program = torch.export.export(model, (), kwargs)
-    assert "ssa_hf.attention_forward" in str(program.graph), "the exported graph does not run the SSA kernel"
+    assert "ssa_hf.attention_forward_v2" in str(program.graph), "the exported graph does not run the SSA kernel"
     with torch.no_grad():
         want = model(**kwargs).logits
     torch.testing.assert_close(program.module()(**kwargs).logits, want, rtol=1e-5, atol=1e-6)
@@ -117,7 +117,7 @@ def test_bfloat16_model_compiles_and_exports_with_the_native_op():
             torch.testing.assert_close(p.grad.float(), want[name].float(), rtol=2e-2, atol=1e-2, msg=name)
     model.eval()
     program = torch.export.export(model, (), kwargs)
-    assert "ssa_hf.attention_forward" in str(program.graph)
+    assert "ssa_hf.attention_forward_v2" in str(program.graph)
     with torch.no_grad():
         logits = model(**kwargs).logits
     assert logits.dtype == torch.bfloat16
