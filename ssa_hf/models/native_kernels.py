@@ -428,7 +428,7 @@ struct Backward {
       any = row_pass(bi, h, bh, i0 + r, two ? 2 : 1, j0, C, b, n, delta, S, dP, dn_acc) || any;
       vnni_pack_f32_pair<kSplitP>(S, two ? S + P.bk : nullptr, C, Re, r / 2, w.pph.data(), w.ppl.data());
       vnni_pack_f32_pair<false>(dP, two ? dP + P.bk : nullptr, C, Re, r / 2, w.dsp.data(), nullptr);
-      round_rows<false>(dP, two ? 2 : 1, C, P.bk, w.ds16.data() + r * Ce, nullptr, Ce);
+      round_rows(dP, two ? 2 : 1, C, P.bk, w.ds16.data() + r * Ce, Ce);
     }
     return any;
   }

@@ -401,30 +401,8 @@ inline void vnni_pack_f32_pair(const float* r0, const float* r1, int64_t N, int6
   }
 }
 
-// rows of X [M x K] fp32 (stride ldx) rounded to bf16 [M x even(K)] (stride ld, a zero column where K is odd);
-// with LO the remainders as well
-template <bool LO>
-inline void round_rows(const float* X, int64_t M, int64_t K, int64_t ldx, at::BFloat16* hi, at::BFloat16* lo,
-                       int64_t ld) {
-  for (int64_t m = 0; m < M; ++m) {
-    const float* x = X + m * ldx;
-    at::BFloat16* h = hi + m * ld;
-    at::BFloat16* l = LO ? lo + m * ld : nullptr;
-#pragma omp simd
-    for (int64_t c = 0; c < K; ++c) {
-      const uint32_t a = bf16_bits(x[c]);
-      h[c].x = (uint16_t)a;
-      if constexpr (LO) l[c].x = (uint16_t)bf16_bits(x[c] - bf16_value(a));
-    }
-    if (K % 2) {
-      h[K].x = 0;
-      if constexpr (LO) l[K].x = 0;
-    }
-  }
-}
-
 // one row x (C values, fp32) rounded to bf16 into h (a zero past C where C is odd); returns the sum of the rounded
-// values
+// values (the forward's P V divides by it; unused, inlining drops it)
 inline float round_row_sum(const float* x, int64_t C, at::BFloat16* h) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -435,6 +413,11 @@ inline float round_row_sum(const float* x, int64_t C, at::BFloat16* h) {
   }
   if (C % 2) h[C].x = 0;
   return sum;
+}
+
+// rows of X [M x K] fp32 (stride ldx) rounded to bf16 [M x even(K)] (stride ld, a zero column where K is odd)
+inline void round_rows(const float* X, int64_t M, int64_t K, int64_t ldx, at::BFloat16* hi, int64_t ld) {
+  for (int64_t m = 0; m < M; ++m) round_row_sum(X + m * ldx, K, hi + m * ld);
 }
 
 // dst [D x even(R)] (stride ldd) = src [R x D]^T (bf16 rows, stride lds), a zero column where R is odd: at::vec's
