@@ -1,38 +1,9 @@
-"""C++ source of the fused CPU kernel, part 3 of 4: the per-item row bounds, the forward and backward kernels over (batch, key/value head, block) work items, and the Problem they
-read from the tensors (part 3 closes the anonymous namespace part 1 opens).  native_math.py is part 1,
-native_tiles.py part 2 (the small-head-dim and bf16 ukernel tile products), native_ops.py part 4 (the entry points and the Python
-bindings); native.py joins and builds them.  Part of the remote-code unit (a string, no imports)."""
+"""C++ source of the fused CPU kernel, part 4 of 5: the forward and backward kernels over (batch, key/value head,
+block) work items (part 4 closes the anonymous namespace part 1 opens).  native_math.py is part 1, native_rows.py
+part 2 (the vectorised per-score passes), native_tiles.py part 3 (the small-head-dim and bf16 ukernel tile
+products), native_ops.py part 5 (the entry points and the Python bindings); native.py joins and builds them.  Part of the remote-code unit (a string, no imports)."""
 
 KERNEL_SOURCE = r"""
-// |g| bound of each row of a work item (Cauchy-Schwarz): |g| <= |n| log(1 + b |scale| |q| max|k|), the maximum
-// over the keys [0, kend) the item can see.  Written to m[rows]; returns false if a q or k element it reads is
-// not finite (the caller then runs the torch path, which propagates inf/NaN as eager attention does).
-template <typename T>
-inline bool item_bounds(const Problem& P, const T* q, int64_t rows, int64_t R, const T* k, int64_t kend,
-                        int64_t hk, float* m) {
-  float kmax = 0.0f;
-  bool ok = true;
-  for (int64_t j = 0; j < kend; ++j) {
-    float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t d = 0; d < P.D; ++d) acc += (float)k[j * P.D + d] * (float)k[j * P.D + d];
-    ok = ok && std::isfinite(acc);
-    kmax = std::max(kmax, acc);
-  }
-  const float km = std::sqrt(kmax) * std::fabs(P.scale);
-  for (int64_t rr = 0; rr < rows; ++rr) {
-    const T* qq = q + rr * P.D;
-    float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t d = 0; d < P.D; ++d) acc += (float)qq[d] * (float)qq[d];
-    const float x = std::sqrt(acc) * km;
-    ok = ok && std::isfinite(x);
-    const int64_t h = hk * P.G + rr / R;
-    m[rr] = P.b ? std::fabs(P.n[h]) * std::log1p(P.b[h] * x) : x;
-  }
-  return ok;
-}
-
 // Products of bf16 tiles through the ukernel need even head dims (VNNI pairs along D read q, k rows as they are);
 // at the widths of native_tiles.py's small-head-dim loops those stay (fp32 on converted tiles).
 constexpr int64_t kUkernelMinDim = 16;
@@ -75,8 +46,9 @@ struct Forward {
     std::vector<float> vt;         // bf16, fp16 without the ukernel: a value tile as float ([bk x Dv])
     std::vector<float> qf, kf;     // the same: the item's query rows and a key tile as float
     std::vector<float> vtt;        // a value tile transposed ([Dv x bk]) where P V reads it so (small_nn_form)
-    std::vector<uint32_t> kT, vN;  // the ukernel: K^T and V tiles packed
+    PackedHead packed;             // the ukernel: K^T and V tiles of the worker's current (batch, kv head)
     std::vector<at::BFloat16> ph;  // the ukernel: P's rows in bf16
+    KeyNorms norms;                // the bounds' max |k| of the worker's current (batch, kv head)
     std::vector<float> kTf;            // the fp32 ukernel: a key tile transposed ([D x bk])
     const bool uk, ukf;  // the worker's kind of products, fixed with the sizes here (a mode may change meanwhile)
     explicit Scratch(const Forward& f) : uk(f.ukernel()), ukf(f32_ukernel(f.P)) {
@@ -86,7 +58,7 @@ struct Forward {
       q.resize(rows * f.P.D); s.resize(rows * f.P.bk); acc.resize(rows * f.P.Dv);
       m.resize(rows); l.resize(rows); lr.resize(rows); alpha.resize(rows);
       if (uk) {
-        kT.resize(vnni_words(f.P.D, f.P.bk)); vN.resize(vnni_words(f.P.bk, f.P.Dv));
+        packed.size(f.P.D, f.P.Dv, f.P.bk);
         ph.resize(rows * even(f.P.bk));
       } else if (kReduced) {
         vt.resize(f.P.bk * f.P.Dv); qf.resize(rows * f.P.D); kf.resize(f.P.bk * f.P.D);
@@ -101,8 +73,9 @@ struct Forward {
   const T* vp() const { return P.v<T>(); }
 
   void operator()(int64_t item, Scratch& w) const {
-    // heavy items first: the last query blocks see the most keys under a causal mask
-    const int64_t qb = nqb - 1 - item / (P.B * P.Hkv), bhk = item % (P.B * P.Hkv);
+    // head by head (a worker's K, V tiles and key norms serve its next items of the same head), heavy items first
+    // within a head: the last query blocks see the most keys under a causal mask
+    const int64_t bhk = item / nqb, qb = nqb - 1 - item % nqb;
     const int64_t bi = bhk / P.Hkv, hk = bhk % P.Hkv;
     const int64_t i0 = qb * P.bq, R = std::min(P.bq, P.Lq - i0), rows = P.G * R;
     const T* kb = kp() + bhk * P.Lk * P.D;
@@ -120,7 +93,7 @@ struct Forward {
     // call's one parallel region, since every barrier costs a scheduler slice on a busy machine
     bool fixed = P.bounded;
     if (fixed) {
-      if (!item_bounds(P, w.q.data(), rows, R, kb, kend, hk, w.m.data())) {
+      if (!item_bounds(P, w.q.data(), rows, R, w.norms.upto(kb, P.D, bhk, kend), hk, w.m.data())) {
         *nonfinite = true;
         return;
       }
@@ -133,13 +106,14 @@ struct Forward {
     for (int64_t j0 = 0; j0 < kend; j0 += P.bk) {
       const int64_t C = std::min(P.bk, kend - j0);
       float* S = w.s.data();
+      PackedHead::Tiles tiles{};
       if (rows <= kFewRows) {
         few_rows_scores(w.q.data(), kb + j0 * P.D, rows, C, P.D, S, P.bk);
       } else if constexpr (kReduced) {
         if (uk) {
           if constexpr (kBf16) {
-            vnni_pack_t(kb + j0 * P.D, C, P.D, P.D, w.kT.data());
-            gemm_vnni(rows, C, P.D, w.q.data(), P.D, w.kT.data(), false, S, P.bk);
+            tiles = w.packed.tiles(kb, vb, P.Lk, bhk, j0, C);
+            gemm_vnni(rows, C, P.D, w.q.data(), P.D, tiles.kT, false, S, P.bk, tiles.kT_cols);
           }
         } else {
           at::vec::convert(kb + j0 * P.D, w.kf.data(), C * P.D);
@@ -158,10 +132,14 @@ struct Forward {
         const int64_t g = rr / R, r = rr % R, h = hk * P.G + g;
         const Row rw = P.row(bi, h, i0 + r, j0, C);
         float* srow = S + rr * P.bk;
+        at::BFloat16* ph_row = uk_pv ? w.ph.data() + rr * even(C) : nullptr;
         const float b = P.b ? P.b[h] : 0.0f, n = P.b ? P.n[h] : 0.0f;
         if (fixed) {
-          w.l[rr] += fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, w.m[rr]);
-          if (uk_pv) w.lr[rr] += round_row_sum(srow, C, w.ph.data() + rr * even(C));  // P V's A operand
+          // with the ukernel's P V, P rounded to bf16 (its A operand) goes to ph
+          float rounded = 0.0f;
+          w.l[rr] += fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, w.m[rr], uk_pv ? ph_row : nullptr,
+                                 &rounded);
+          w.lr[rr] += rounded;
           continue;
         }
         float lo, hi;
@@ -179,14 +157,18 @@ struct Forward {
         }
         const float m_safe = m_new == -kInf ? 0.0f : m_new;
         const float a = std::exp(m_prev - m_safe);
-        float sum = 0.0f;
-        if (hi != -kInf) sum = fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, m_safe);
-        else std::fill(srow, srow + C, 0.0f);
+        float sum = 0.0f, rounded = 0.0f;
+        if (hi != -kInf) {
+          sum = fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, m_safe, uk_pv ? ph_row : nullptr, &rounded);
+        } else {
+          std::fill(srow, srow + C, 0.0f);
+          if (uk_pv) std::fill(ph_row, ph_row + even(C), at::BFloat16(0.0f));
+        }
         w.m[rr] = m_new;
         w.l[rr] = w.l[rr] * a + sum;
         w.alpha[rr] = a;
         rescale = rescale || a != 1.0f;
-        if (uk_pv) w.lr[rr] = w.lr[rr] * a + round_row_sum(srow, C, w.ph.data() + rr * even(C));
+        if (uk_pv) w.lr[rr] = w.lr[rr] * a + rounded;
       }
       if (!first && rescale)
         for (int64_t rr = 0; rr < rows; ++rr) {
@@ -199,8 +181,7 @@ struct Forward {
       } else if (uk) {
         if constexpr (kBf16) {
           // P's rows were rounded into ph by the row loop
-          vnni_pack(vb + j0 * P.Dv, C, P.Dv, P.Dv, w.vN.data());
-          gemm_vnni(rows, P.Dv, C, w.ph.data(), even(C), w.vN.data(), !first, w.acc.data(), P.Dv);
+          gemm_vnni(rows, P.Dv, C, w.ph.data(), even(C), tiles.v, !first, w.acc.data(), P.Dv, P.Dv, tiles.v_keys);
         }
       } else if (ukf) {
         if constexpr (std::is_same_v<T, float>)

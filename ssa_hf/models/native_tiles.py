@@ -1,9 +1,9 @@
-"""C++ source of the fused CPU kernel, part 2 of 4: tile products other than fp32 sgemm.  The small products sgemm
+"""C++ source of the fused CPU kernel, part 3 of 5: tile products other than fp32 sgemm.  The small products sgemm
 is slow at, as the kernel's own at::vec loops (scalar loops or sgemm on the portable path): the decoding steps'
 few-row products, and the tile products for head dims of 4, 8 and 16 with the dispatch between them and sgemm.
 bf16 products through oneDNN's brgemm ukernel: the VNNI packing of their operands, the call, and the probe that
 decides whether torch's brgemm takes them.  native_math.py is part 1 (it
-opens the anonymous namespace these live in), native_kernels.py part 3, native_ops.py part 4; native.py joins and
+opens the anonymous namespace these live in), native_rows.py part 2, native_kernels.py part 4, native_ops.py part 5; native.py joins and
 builds them.  Part of the remote-code unit (a string, no imports)."""
 
 TILES_SOURCE = r"""
@@ -287,18 +287,6 @@ inline int64_t even(int64_t k) { return (k + 1) & ~int64_t(1); }
 inline int64_t vnni_width(int64_t n) { return (n + 15) / 16 * 16; }
 inline int64_t vnni_words(int64_t K, int64_t N) { return even(K) / 2 * vnni_width(N); }  // of a packed [K x N]
 
-// round to nearest even, for finite x (what this kernel rounds is finite: the torch path takes NaN/inf calls)
-inline uint32_t bf16_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-}
-inline float bf16_value(uint32_t h) {
-  const uint32_t u = h << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // The output's residual: what rounding a bf16 output element's fp32 value dropped, in 1/256ths of the element's bf16
 // ulp, as int8 (8 more bits of mantissa, one byte per element).  The ulp is read from the bf16 bits alone (exponent
@@ -373,6 +361,40 @@ inline void vnni_pack_t(const at::BFloat16* S, int64_t N, int64_t K, int64_t lds
   }
 }
 
+// The forward's K^T and V tiles of one (batch, kv head) for the ukernel, packed once for a worker's items of that
+// head (items come head by head) instead of once per query block: tile t (keys [t bk, t bk + bk)) packed whole when
+// first needed, at t * kwords, t * vwords.  A V tile read to an odd C short of the tile is packed again to C keys
+// (the products read even widths; the next key's value must not meet P's zero pad).
+struct PackedHead {
+  struct Tiles {
+    const uint32_t *kT, *v;
+    int64_t kT_cols, v_keys;  // the widths they were packed to (gemm_vnni's Np, Kp)
+  };
+  std::vector<uint32_t> kT, vN, vN1;
+  int64_t D = 0, Dv = 0, bk = 0, kwords = 0, vwords = 0, head = -1, packed = 0;  // packed: keys from key 0
+
+  void size(int64_t d, int64_t dv, int64_t block) {
+    D = d, Dv = dv, bk = block, kwords = vnni_words(D, bk), vwords = vnni_words(bk, Dv);
+    vN1.resize(vwords);
+  }
+  // keys [j0, j0 + C) of head hd, whose keys and values start at k and v (Lk of them)
+  Tiles tiles(const at::BFloat16* k, const at::BFloat16* v, int64_t Lk, int64_t hd, int64_t j0, int64_t C) {
+    const int64_t t = j0 / bk, full = std::min(bk, Lk - j0);
+    if (hd != head) head = hd, packed = 0;
+    if (packed < j0 + C) {
+      if ((int64_t)kT.size() < (t + 1) * kwords) kT.resize((t + 1) * kwords), vN.resize((t + 1) * vwords);
+      vnni_pack_t(k + j0 * D, full, D, D, kT.data() + t * kwords);
+      vnni_pack(v + j0 * Dv, full, Dv, Dv, vN.data() + t * vwords);
+      packed = j0 + full;
+    }
+    if (C % 2 && C < full) {
+      vnni_pack(v + j0 * Dv, C, Dv, Dv, vN1.data());
+      return {kT.data() + t * kwords, vN1.data(), full, C};
+    }
+    return {kT.data() + t * kwords, vN.data() + t * vwords, full, full};
+  }
+};
+
 // fp32 rows r0 and r1 (zeros for r1 = nullptr) rounded to bf16 as pair p of a packed [Ke x N] operand hi; with
 // LO the rounding remainders (x - hi, rounded) as the same pair of lo, so that hi + lo carries 16 bits of x's
 // mantissa.  Called right after the rows' pass, while they are in L1.
@@ -401,19 +423,6 @@ inline void vnni_pack_f32_pair(const float* r0, const float* r1, int64_t N, int6
   }
 }
 
-// one row x (C values, fp32) rounded to bf16 into h (a zero past C where C is odd); returns the sum of the rounded
-// values (the forward's P V divides by it; unused, inlining drops it)
-inline float round_row_sum(const float* x, int64_t C, at::BFloat16* h) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t c = 0; c < C; ++c) {
-    const uint32_t a = bf16_bits(x[c]);
-    h[c].x = (uint16_t)a;
-    sum += bf16_value(a);
-  }
-  if (C % 2) h[C].x = 0;
-  return sum;
-}
 
 // rows of X [M x K] fp32 (stride ldx) rounded to bf16 [M x even(K)] (stride ld, a zero column where K is odd)
 inline void round_rows(const float* X, int64_t M, int64_t K, int64_t ldx, at::BFloat16* hi, int64_t ld) {
@@ -432,21 +441,22 @@ inline void transpose_rows_bf16(const at::BFloat16* src, int64_t R, int64_t D, i
     for (int64_t d = 0; d < D; ++d) dst[d * ldd + R].x = 0;
 }
 
-// C[M x N] (+)= A[M x K] B for A bf16 rows (stride lda, even(K) wide, zero past K) and B packed by the above
+// C[M x N] (+)= A[M x K] B for A bf16 rows (stride lda, even(K) wide, zero past K) and B packed by the above as
+// [Kp x Np] (0: as K, N), of which the products read the first K rows and N columns (K even where K < Kp)
 inline void gemm_vnni(int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, const uint32_t* B, bool add,
-                      float* C, int64_t ldc) {
+                      float* C, int64_t ldc, int64_t Np = 0, int64_t Kp = 0) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
     if (!add)
       for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
     return;
   }
-  const int64_t Ke = even(K);
+  const int64_t Ke = even(K), Kpe = even(Kp ? Kp : K), Npk = Np ? Np : N;
   const auto* a = static_cast<const at::BFloat16*>(A);
   for (int64_t n0 = 0; n0 < N; n0 += kVnniBlock) {
     const int64_t nn = std::min(kVnniBlock, N - n0);
-    at::native::cpublas::brgemm(M, nn, Ke, lda, vnni_width(nn), ldc, add, a,
-                                reinterpret_cast<const at::BFloat16*>(B + n0 * Ke / 2), C + n0, /*is_vnni=*/true);
+    at::native::cpublas::brgemm(M, nn, Ke, lda, vnni_width(std::min(kVnniBlock, Npk - n0)), ldc, add, a,
+                                reinterpret_cast<const at::BFloat16*>(B + n0 * Kpe / 2), C + n0, /*is_vnni=*/true);
   }
   t_ukernel_used = true;
 }

@@ -283,7 +283,9 @@ def _cpu_has_bf16_ukernel():
 def test_bf16_ukernel_tiles(D, Dv, kernel):
     """bf16 through the brgemm ukernel (forced on, native and portable passes): VNNI packing of K^T, V, K, Q^T,
     dO^T, P (the forward's rounded once, the backward's hi + lo) and dS with odd key tiles (70 = a 64-column block
-    and a 6-wide tail, then 13) and odd query blocks (40, 40, 3), value widths other than D (48; 96 = two column blocks), grouped-query heads, causal, and a
+    and a 6-wide tail, then 13) and odd query blocks (40, 40, 3; 42 = 21 rows a head, which under the causal mask
+    read the forward's once-packed tiles to odd widths 21 and 63 short of the tile, and to even ones: 42 of 70),
+    value widths other than D (48; 96 = two column blocks), grouped-query heads, causal, and a
     padding mask with a fully masked query row, against the float64 oracle on the same rounded inputs: within
     bf16's tolerance, and no further from it than 1.5x the fp32-tile path's error (plus bf16's rounding of one
     output step), forward and every input gradient."""
@@ -297,7 +299,7 @@ def test_bf16_ukernel_tiles(D, Dv, kernel):
     mask[1, :, 7] = False  # query row 7 of batch 1 sees no key
     q, k, v = (t.bfloat16() for t in (q, k, v))
     dout = torch.randn(B, H, L, Dv, generator=torch.Generator().manual_seed(62), dtype=torch.float64)
-    for is_causal, attn_mask in ((True, None), (False, mask)):
+    for is_causal, attn_mask, block_q in ((True, None, 40), (True, None, 42), (False, mask, 40)):
         leaves = [t.double().requires_grad_(True) for t in (q, k, v)]
         ref = reference_attention(*leaves, b.double(), n.double(), attn_mask=attn_mask, is_causal=is_causal)
         (torch.nan_to_num(ref) * dout).sum().backward()
@@ -306,7 +308,7 @@ def test_bf16_ukernel_tiles(D, Dv, kernel):
         for mode in (0, 1):
             assert ops.set_bf16_brgemm(mode) == bool(mode)
             got = [t.clone().requires_grad_(True) for t in (q, k, v)]
-            out = blockwise_attention(*got, b, n, attn_mask=attn_mask, is_causal=is_causal, block_size=(40, 70))
+            out = blockwise_attention(*got, b, n, attn_mask=attn_mask, is_causal=is_causal, block_size=(block_q, 70))
             (out.double() * dout).sum().backward()
             results = [out.detach()] + [t.grad for t in got]
             assert all(r.dtype == torch.bfloat16 and torch.isfinite(r).all() for r in results)
@@ -316,6 +318,28 @@ def test_bf16_ukernel_tiles(D, Dv, kernel):
             scale = w.abs().max().item()
             assert e_uk <= 3e-2 * scale, f"{name}: ukernel error {e_uk:.3g} at scale {scale:.3g}"
             assert e_uk <= 1.5 * e_tiles + 2 ** -8 * scale, f"{name}: ukernel {e_uk:.3g} vs fp32 tiles {e_tiles:.3g}"
+
+
+@pytest.mark.parametrize("block_q", [21, 32])
+def test_bf16_ukernel_rows_never_read_values_past_their_keys(block_q, kernel):
+    """The forward packs a head's value tiles once, whole, for all its query blocks; a block that sees only part of a
+    tile reads its own keys' values only (an odd count, 21, is packed again to that width): an inf value at the key
+    right past a causal block's last key leaves the block's rows exactly as they were."""
+    if kernel == "torch" or not _cpu_has_bf16_ukernel():
+        pytest.skip("the ukernel is the fused kernel's, on x86 CPUs with AVX-512 and torch's oneDNN")
+    ops = native.load_kernels()
+    # two query heads a key/value head: block_size's 2 * block_q rows are block_q positions; 4 x 2 heads x 64 / 21
+    # gives enough work items that the kernel keeps the block for up to 8 threads
+    q, k, v, b, n = _inputs(4, 4, 2, 64, 64, 32, seed=5, big=1.0, dtype=torch.bfloat16)
+    try:
+        assert ops.set_bf16_brgemm(1)
+        with torch.no_grad():
+            clean = blockwise_attention(q, k, v, b, n, is_causal=True, block_size=(2 * block_q, 64))
+            v[:, :, block_q] = float("inf")
+            spoiled = blockwise_attention(q, k, v, b, n, is_causal=True, block_size=(2 * block_q, 64))
+    finally:
+        ops.set_bf16_brgemm(-1)
+    torch.testing.assert_close(spoiled[:, :, :block_q], clean[:, :, :block_q], atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("scoring", ["softmax", "ssa"])

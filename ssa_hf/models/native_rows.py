@@ -1,0 +1,376 @@
+"""C++ source of the fused CPU kernel, part 2 of 5: the vectorised per-score passes of forward and backward
+(at::vec::Vectorized<float>, 16 lanes on AVX-512, 8 on AVX2) and the choice between them and part 1's portable
+passes.  See native_math.py (part 1) for the rest of the layout; native.py joins the parts and builds them.  Part of
+the remote-code unit (a string, no imports)."""
+
+ROWS_SOURCE = r"""
+// ---- P rounded to bf16 (the bf16 ukernel's P V operand) ----
+// round to nearest even, for finite x (what this kernel rounds is finite: the torch path takes NaN/inf calls)
+inline uint32_t bf16_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+inline float bf16_value(uint32_t h) {
+  const uint32_t u = h << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// one row x (C values, fp32) rounded to bf16 into h (a zero past C where C is odd); returns the sum of the rounded
+// values (the forward's P V divides by it; unused, inlining drops it)
+inline float round_row_sum(const float* x, int64_t C, at::BFloat16* h) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < C; ++c) {
+    const uint32_t a = bf16_bits(x[c]);
+    h[c].x = (uint16_t)a;
+    sum += bf16_value(a);
+  }
+  if (C % 2) h[C].x = 0;
+  return sum;
+}
+
+// ---- The vectorised row passes (at::vec::Vectorized<float>: 16 lanes on AVX-512, 8 on AVX2) ----
+// Built when the build targets AVX2 or AVX-512 (native.py defines CPU_CAPABILITY_* from the CPU it builds on);
+// the scalar passes above are the portable path, always built, and forced by set_portable(true) (tests).
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+#define SSA_HF_VECTOR 1
+using Vec = at::vec::Vectorized<float>;
+using VecI = at::vec::Vectorized<int32_t>;
+constexpr int64_t kW = Vec::size();
+
+// Where at::vec has no operation for a step (reinterpreting bits, the hardware reciprocal estimate, the
+// exponent/mantissa split, a register-table lookup, scaling by 2^k), one intrinsic per capability.
+#if defined(CPU_CAPABILITY_AVX512)
+inline __attribute__((always_inline)) Vec float_of(VecI x) { return Vec(_mm512_castsi512_ps(x)); }
+inline __attribute__((always_inline)) VecI bits_of(Vec x) { return VecI(_mm512_castps_si512(x)); }
+inline __attribute__((always_inline)) Vec rcp_estimate(Vec y) { return Vec(_mm512_rcp14_ps(y)); }
+#else
+inline __attribute__((always_inline)) Vec float_of(VecI x) { return Vec(_mm256_castsi256_ps(x)); }
+inline __attribute__((always_inline)) VecI bits_of(Vec x) { return VecI(_mm256_castps_si256(x)); }
+inline __attribute__((always_inline)) Vec rcp_estimate(Vec y) { return Vec(_mm256_rcp_ps(y)); }
+#endif
+
+// 1 / y for y >= 1 without a division: the hardware estimate (12 or 14 bits) and one Newton step (~1e-7)
+inline __attribute__((always_inline)) Vec recip_ge1(Vec y) {
+  const Vec r = rcp_estimate(y);
+  return r * at::vec::fnmadd(y, r, Vec(2.0f));
+}
+
+// log2(y) for y = 1 + u, finite u >= 0 (absolute error < 1e-7, what P = 2^(g - offset) sees)
+inline __attribute__((always_inline)) Vec vlog2_1p(Vec u, Vec y) {
+#if defined(CPU_CAPABILITY_AVX512)
+  // y = 2^e m, m in [1, 2) (getexp, getmant); the top four mantissa bits pick c = 1 + i/16 from a 16-entry table
+  // held in one register (permutexvar reads the low four bits of each index): log2(m) = log2(c) + log2(1 + r),
+  // r = m/c - 1 in [0, 1/16), log2(1 + r) = r p(r) with p of degree 3 fitted to it there (absolute error 2.3e-9
+  // with its float coefficients; the degree-6 series it replaced cost three more operations a vector)
+  const __m512 e = _mm512_getexp_ps(y);
+  const __m512 m = _mm512_getmant_ps(y, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_zero);
+  const __m512i idx = _mm512_srli_epi32(_mm512_castps_si512(y), 19);
+  const __m512 inv_c = _mm512_permutexvar_ps(idx, _mm512_setr_ps(
+      1.0f, 16.0f / 17, 16.0f / 18, 16.0f / 19, 16.0f / 20, 16.0f / 21, 16.0f / 22, 16.0f / 23, 16.0f / 24, 16.0f / 25,
+      16.0f / 26, 16.0f / 27, 16.0f / 28, 16.0f / 29, 16.0f / 30, 16.0f / 31));
+  const __m512 log2_c = _mm512_permutexvar_ps(idx, _mm512_setr_ps(
+      0.0f, 0.087462841f, 0.169925001f, 0.247927513f, 0.321928095f, 0.392317423f, 0.459431619f, 0.523561956f,
+      0.584962501f, 0.643856190f, 0.700439718f, 0.754887502f, 0.807354922f, 0.857980995f, 0.906890596f,
+      0.954196310f));
+  // r from m * (1/c) rounded to float: the table's 1/c is rounded too, so r carries ~6e-8 relative error of m/c,
+  // absorbed below the 1e-7 target.  Below 1 + 1/16 (c = 1) r is u itself, exact where y's rounding is not
+  // (log1p's accuracy for tiny b|x|)
+  const __m512 r0 = _mm512_fmsub_ps(m, inv_c, _mm512_set1_ps(1.0f));
+  const Vec r(_mm512_mask_mov_ps(r0, _mm512_cmp_ps_mask(y, _mm512_set1_ps(1.0625f), _CMP_LT_OQ), u));
+  Vec p(-0.32713524f);
+  p = at::vec::fmadd(p, r, Vec(0.47962195f));
+  p = at::vec::fmadd(p, r, Vec(-0.7213318f));
+  p = at::vec::fmadd(p, r, Vec(1.442695f));
+  return at::vec::fmadd(p, r, Vec(_mm512_add_ps(e, log2_c)));
+#else
+  // y = 2^e m, m in [1, 2) (integer split: y >= 1); the top three mantissa bits pick c = 1 + (i + 1/2)/8 from an
+  // 8-entry table held in one register (permutevar8x32 reads the low three bits of each index): log2(m) =
+  // log2(c) + log2(1 + r), r = m/c - 1 in [-1/17, 1/17], a degree-4 near-minimax polynomial (abs. error 2e-8 in
+  // ln).  The table holds 1/c rounded to float and -log2 of that float, so the product's rounding is the only error
+  // of r.  Against the degree-9 series over [sqrt(1/2), sqrt(2)) it replaces, the forward pass went from 0.93x to
+  // 0.75-0.81x the portable pass's time on an AVX2-only Zen 3 (bench_score_pass.py).  Tiny b|x| still sees y's
+  // rounding here, as on the portable pass.
+  (void)u;
+  const __m256i bits = _mm256_castps_si256(y);
+  const __m256i idx = _mm256_srli_epi32(bits, 20);
+  const Vec inv_c(_mm256_permutevar8x32_ps(_mm256_setr_ps(
+      0.941176474f, 0.842105269f, 0.761904776f, 0.695652187f, 0.639999986f, 0.592592597f, 0.551724136f,
+      0.516129017f), idx));
+  const Vec log2_c(_mm256_permutevar8x32_ps(_mm256_setr_ps(
+      0.0874628359f, 0.247927503f, 0.392317396f, 0.523561929f, 0.643856222f, 0.754887491f, 0.857981001f,
+      0.954196353f), idx));
+  const Vec m = float_of((VecI(bits) & VecI(0x007fffff)) | VecI(0x3f800000));
+  const Vec e = at::vec::convert_to_fp_of_same_size<float>((VecI(bits) >> VecI(23)) - VecI(127));
+  const Vec r = at::vec::fmsub(m, inv_c, Vec(1.0f));
+  Vec q(-0.250880222f);
+  q = at::vec::fmadd(q, r, Vec(0.333936024f));
+  q = at::vec::fmadd(q, r, Vec(-0.499998955f));
+  const Vec ln = at::vec::fmadd(r * r, q, r);
+  return at::vec::fmadd(ln, Vec(kLog2e), e + log2_c);
+#endif
+}
+
+// 2^t for finite t <= ~0 (relative error ~1e-7): t = k + f, |f| <= 1/2, a degree-5 polynomial in f times 2^k
+inline __attribute__((always_inline)) Vec vexp2_le0(Vec t) {
+#if defined(CPU_CAPABILITY_AVX512)
+  const __m512 kf = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const Vec f(_mm512_sub_ps(t, kf));
+#else
+  const Vec big = t + Vec(12582912.0f);  // 1.5 * 2^23: the low mantissa bits hold round(t)
+  const Vec f = t - (big - Vec(12582912.0f));
+#endif
+  // near-minimax of degree 5 (relative error 9e-8): the passes are bound by their FMA ports
+  Vec q(0.00132646988f);
+  q = at::vec::fmadd(q, f, Vec(0.00967150882f));
+  q = at::vec::fmadd(q, f, Vec(0.0555073378f));
+  q = at::vec::fmadd(q, f, Vec(0.240222421f));
+  q = at::vec::fmadd(q, f, Vec(0.693146978f));
+  const Vec r = at::vec::fmadd(f, q, Vec(1.0f));
+#if defined(CPU_CAPABILITY_AVX512)
+  return Vec(_mm512_scalef_ps(r, kf));  // 2^k r, gradually to 0 below 2^-126 (no select)
+#else
+  const Vec sc = float_of((bits_of(big) << VecI(23)) + VecI(0x3f800000));
+  return (r * sc) & (t >= Vec(-126.0f));  // 0 below 2^-126, as exp2_le0
+#endif
+}
+
+// sgn(x) |a| for a >= 0: the sign bit of x on a
+inline __attribute__((always_inline)) Vec with_sign_of(Vec a, Vec x) { return a | (x & Vec(-0.0f)); }
+
+// visible lanes of a mask row (one byte per key) from c, as an all-ones/zero float mask; reads count bytes
+inline __attribute__((always_inline)) Vec vvisible(const uint8_t* m, int64_t count) {
+  if (count == kW) {
+#if defined(CPU_CAPABILITY_AVX512)
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(m)));
+#else
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
+#endif
+    return at::vec::convert_to_fp_of_same_size<float>(VecI(b)) != Vec(0.0f);
+  }
+  alignas(64) float tmp[kW];
+  for (int64_t c = 0; c < kW; ++c) tmp[c] = (c < count && m[c] != 0) ? 1.0f : 0.0f;
+  return Vec::loadu(tmp) != Vec(0.0f);
+}
+
+inline float vsum(Vec v) {
+#if defined(CPU_CAPABILITY_AVX512)
+  return _mm512_reduce_add_ps(v);
+#endif
+  alignas(64) float tmp[kW];
+  v.store(tmp);
+  float s = 0.0f;
+  for (int64_t c = 0; c < kW; ++c) s += tmp[c];
+  return s;
+}
+
+// The forward's per-score pass on one vector of raw scores (the first `cnt` lanes real): P = 2^(g2 - offset).
+// x = scale v is never formed: b|x| = |v| (b |scale|), sgn(x) = sgn(v) xor sgn(scale), and the sign goes onto n,
+// so that n sgn(x) log2(1 + b|x|) - offset is one fused multiply-add (two multiplies fewer per vector: the pass is
+// bound by its multiply/FMA ports on AVX2).
+template <bool SSA, bool MASK>
+struct FwdLanes {
+  Vec bs, scale_sign, n, scale2, neg_o2, o2lo;  // b |scale|, the sign bit of scale, n, scale log2(e), -offset2
+  inline __attribute__((always_inline)) Vec operator()(Vec v, const uint8_t* mrow, int64_t cnt) const {
+    Vec t;
+    if constexpr (SSA) {
+      const Vec u = v.abs() * bs;
+      const Vec signed_n = n | ((v & Vec(-0.0f)) ^ scale_sign);
+      t = at::vec::fmadd(signed_n, vlog2_1p(u, u + Vec(1.0f)), neg_o2);
+    } else {
+      t = at::vec::fmadd(v, scale2, neg_o2);
+    }
+    Vec e = vexp2_le0(t - o2lo);
+    if constexpr (MASK) e = e & vvisible(mrow, cnt);
+    return e;
+  }
+};
+
+#if defined(CPU_CAPABILITY_AVX512)
+#define SSA_HF_FUSED_ROUNDING 1
+// e rounded to bf16 (to nearest even, as bf16_bits) into h's first cnt lanes; returns the rounded values as float
+inline __attribute__((always_inline)) Vec round_store_bf16(Vec e, at::BFloat16* h, int64_t cnt) {
+  const __m512i u = _mm512_castps_si512(e);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i hi = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
+  if (cnt == kW) _mm256_storeu_si256(reinterpret_cast<__m256i*>(h), _mm512_cvtepi32_epi16(hi));
+  else _mm512_mask_cvtepi32_storeu_epi16(h, (__mmask16)((1u << cnt) - 1u), hi);
+  return Vec(_mm512_castsi512_ps(_mm512_slli_epi32(hi, 16)));
+}
+// two vectors at once (32 weights, h's 64 bytes): one conversion where the CPU has AVX512-BF16 (vcvtne2ps2bf16,
+// which rounds to nearest even as bf16_bits, denormals to zero), and the rounded values summed by a bf16 dot product
+// with ones (vdpbf16ps: exact products, fp32 sums) into racc
+inline __attribute__((always_inline)) Vec round_store_bf16_pair(Vec e0, Vec e1, at::BFloat16* h, Vec racc) {
+#if defined(__AVX512BF16__)
+  const __m512bh pair = _mm512_cvtne2ps_pbh(e1, e0);
+  _mm512_storeu_si512(h, (__m512i)pair);
+  return Vec(_mm512_dpbf16_ps(racc, pair, (__m512bh)_mm512_set1_epi16(0x3F80)));
+#else
+  return racc + round_store_bf16(e0, h, kW) + round_store_bf16(e1, h + kW, kW);
+#endif
+}
+#endif
+
+// ROUND (AVX-512 builds): P goes to h rounded to bf16 instead of over the row (round_row_sum's result, without the
+// second pass over the row), the rounded weights' sum to *rsum
+template <bool SSA, bool MASK, bool ROUND = false>
+inline float vfwd_row(float* __restrict row, const uint8_t* __restrict mrow, int64_t cend, int64_t cols,
+                      float scale, float b, float n, float off, at::BFloat16* h = nullptr, float* rsum = nullptr) {
+  const float o2 = (float)((double)off * kLog2eD), o2lo = (float)((double)off * kLog2eD - o2);
+  const FwdLanes<SSA, MASK> lanes{Vec(b * std::fabs(scale)), Vec(std::signbit(scale) ? -0.0f : 0.0f), Vec(n),
+                                  Vec(scale * kLog2e), Vec(-o2), Vec(o2lo)};
+  Vec acc(0.0f), racc(0.0f);
+  int64_t c = 0;
+#ifdef SSA_HF_FUSED_ROUNDING
+  if constexpr (ROUND) {
+    for (; c + 2 * kW <= cend; c += 2 * kW) {
+      const Vec e0 = lanes(Vec::loadu(row + c), MASK ? mrow + c : nullptr, kW);
+      const Vec e1 = lanes(Vec::loadu(row + c + kW), MASK ? mrow + c + kW : nullptr, kW);
+      racc = round_store_bf16_pair(e0, e1, h + c, racc);
+      acc = acc + (e0 + e1);
+    }
+  }
+#endif
+  for (; c + kW <= cend; c += kW) {
+    const Vec e = lanes(Vec::loadu(row + c), MASK ? mrow + c : nullptr, kW);
+#ifdef SSA_HF_FUSED_ROUNDING
+    if constexpr (ROUND) racc = racc + round_store_bf16(e, h + c, kW);
+    else
+#endif
+      e.store(row + c);
+    acc = acc + e;
+  }
+  if (c < cend) {  // the tail: masked load and store, lanes past it zeroed for the sum
+    const int64_t cnt = cend - c;
+    const Vec e = Vec::set(Vec(0.0f), lanes(Vec::loadu(row + c, cnt), MASK ? mrow + c : nullptr, cnt), cnt);
+#ifdef SSA_HF_FUSED_ROUNDING
+    if constexpr (ROUND) racc = racc + round_store_bf16(e, h + c, cnt);
+    else
+#endif
+      e.store(row + c, cnt);
+    acc = acc + e;
+  }
+  if constexpr (ROUND) {
+    for (int64_t j = cend; j < cols + (cols % 2); ++j) h[j].x = 0;
+    *rsum = vsum(racc);
+  } else {
+    for (int64_t j = cend; j < cols; ++j) row[j] = 0.0f;
+  }
+  return vsum(acc);
+}
+
+// The backward's pass on one vector: P from the saved row logsumexp, dS = P (dP - delta) g'(x) scale, and the
+// terms of sum(dg g) for dL/dn.  P is formed exactly as the forward formed it (FwdLanes: b|x| from |v| b|scale|,
+// the sign on n, one FMA for g2 - L2): with g2 ~ 100 a float's rounding is ~1e-5 of P, and a backward that
+// rounds differently from the forward sees rows that no longer sum to the forward's delta (dn, db off by ~1%).
+template <bool SSA, bool MASK>
+struct BwdLanes {
+  Vec bs, scale_sign, n, neg_L2, L2lo, d, kk, scale2;  // b |scale|, scale's sign bit, n, -L2, L2's low part, ...
+  inline __attribute__((always_inline)) void operator()(Vec v, Vec dp, const uint8_t* mrow, int64_t cnt, Vec* p_out,
+                                                        Vec* ds_out, Vec* dgg) const {
+    if constexpr (SSA) {
+      const Vec u = v.abs() * bs;
+      const Vec y = u + Vec(1.0f);
+      const Vec lg = vlog2_1p(u, y);
+      const Vec signed_n = n | ((v & Vec(-0.0f)) ^ scale_sign);
+      Vec p = vexp2_le0(at::vec::fmadd(signed_n, lg, neg_L2) - L2lo);
+      if constexpr (MASK) p = p & vvisible(mrow, cnt);
+      const Vec dg = p * (dp - d);
+      *p_out = p;
+      *ds_out = dg * kk * recip_ge1(y);
+      *dgg = dg * (signed_n * lg);
+    } else {
+      Vec p = vexp2_le0(at::vec::fmadd(v, scale2, neg_L2) - L2lo);
+      if constexpr (MASK) p = p & vvisible(mrow, cnt);
+      *p_out = p;
+      *ds_out = p * (dp - d) * kk;
+    }
+  }
+};
+
+template <bool SSA, bool MASK>
+inline float vbwd_row(float* __restrict row, float* __restrict drow, const uint8_t* __restrict mrow,
+                      int64_t cend, float scale, float b, float n, float L, float d) {
+  const float L2 = (float)((double)L * kLog2eD), L2lo = (float)((double)L * kLog2eD - L2);
+  const BwdLanes<SSA, MASK> lanes{Vec(b * std::fabs(scale)), Vec(std::signbit(scale) ? -0.0f : 0.0f), Vec(n),
+                                  Vec(-L2), Vec(L2lo), Vec(d), Vec(SSA ? n * b * scale : scale), Vec(scale * kLog2e)};
+  Vec acc(0.0f), p, ds, dgg(0.0f);
+  int64_t c = 0;
+  for (; c + kW <= cend; c += kW) {
+    lanes(Vec::loadu(row + c), Vec::loadu(drow + c), MASK ? mrow + c : nullptr, kW, &p, &ds, &dgg);
+    p.store(row + c);
+    ds.store(drow + c);
+    acc = acc + dgg;
+  }
+  if (c < cend) {
+    const int64_t cnt = cend - c;
+    lanes(Vec::loadu(row + c, cnt), Vec::loadu(drow + c, cnt), MASK ? mrow + c : nullptr, cnt, &p, &ds, &dgg);
+    p.store(row + c, cnt);
+    ds.store(drow + c, cnt);
+    acc = acc + Vec::set(Vec(0.0f), dgg, cnt);
+  }
+  if constexpr (!SSA) return 0.0f;
+  return vsum(acc) * kLn2;
+}
+#endif
+
+// true: the scalar passes even where the vectorised ones are built (tests compare the two paths)
+std::atomic<bool> g_portable{false};
+
+inline bool vector_path() {
+#ifdef SSA_HF_VECTOR
+  return !g_portable.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+// The lanes of the vectorised passes in this build (0: only the portable passes were built).
+inline int64_t vector_lanes() {
+#ifdef SSA_HF_VECTOR
+  return kW;
+#else
+  return 0;
+#endif
+}
+
+// with h: P also rounded to bf16 into h (a zero past cols where cols is odd), the rounded weights' sum to *rsum;
+// the float row then holds P only where the pass is not fused (portable and AVX2 builds)
+template <bool SSA, bool MASK>
+inline float fwd_row_path(float* row, const uint8_t* mrow, int64_t cend, int64_t cols, float scale, float b,
+                          float n, float off, at::BFloat16* h = nullptr, float* rsum = nullptr) {
+#ifdef SSA_HF_VECTOR
+  if (vector_path()) {
+#ifdef SSA_HF_FUSED_ROUNDING
+    if (h) return vfwd_row<SSA, MASK, true>(row, mrow, cend, cols, scale, b, n, off, h, rsum);
+#endif
+    const float l = vfwd_row<SSA, MASK>(row, mrow, cend, cols, scale, b, n, off);
+    if (h) *rsum = round_row_sum(row, cols, h);
+    return l;
+  }
+#endif
+  const float l = fwd_row<SSA, MASK>(row, mrow, cend, cols, scale, b, n, off);
+  if (h) *rsum = round_row_sum(row, cols, h);
+  return l;
+}
+
+template <bool SSA, bool MASK>
+inline float bwd_row_path(float* row, float* drow, const uint8_t* mrow, int64_t cend, float scale, float b,
+                          float n, float L, float d) {
+#ifdef SSA_HF_VECTOR
+  if (vector_path()) return vbwd_row<SSA, MASK>(row, drow, mrow, cend, scale, b, n, L, d);
+#endif
+  return bwd_row<SSA, MASK>(row, drow, mrow, cend, scale, b, n, L, d);
+}
+
+inline float fwd_row_any(float* row, const Row& r, int64_t cols, float scale, bool ssa, float b, float n,
+                         float off, at::BFloat16* h = nullptr, float* rsum = nullptr) {
+  if (ssa) return r.mask ? fwd_row_path<true, true>(row, r.mask, r.cend, cols, scale, b, n, off, h, rsum)
+                         : fwd_row_path<true, false>(row, r.mask, r.cend, cols, scale, b, n, off, h, rsum);
+  return r.mask ? fwd_row_path<false, true>(row, r.mask, r.cend, cols, scale, b, n, off, h, rsum)
+                : fwd_row_path<false, false>(row, r.mask, r.cend, cols, scale, b, n, off, h, rsum);
+}
+"""
