@@ -59,7 +59,12 @@ inline __attribute__((always_inline)) Vec recip_ge1(Vec y) {
   return r * at::vec::fnmadd(y, r, Vec(2.0f));
 }
 
-// log2(y) for y = 1 + u, finite u >= 0 (absolute error < 1e-7, what P = 2^(g - offset) sees)
+// log2(y) for y = 1 + u, finite u >= 0 (absolute error < 1e-7, what P = 2^(g - offset) sees).  SMALL_U (AVX-512):
+// below y = 1 + 1/16 from u itself (log1p's accuracy for tiny b|x|), where the backward's sum(dg g) needs it: g is
+// then tiny, and y's rounding would be an absolute error of up to 6e-8 n in it, as on the portable and AVX2 passes.
+// The forward's P takes y's rounding (6e-8 n relative in P, less than float32 g's own rounding elsewhere): the
+// select cost it 10% of its time (Xeon, AMX: the compare and both table lookups share one port).
+template <bool SMALL_U = true>
 inline __attribute__((always_inline)) Vec vlog2_1p(Vec u, Vec y) {
 #if defined(CPU_CAPABILITY_AVX512)
   // y = 2^e m, m in [1, 2) (getexp, getmant); the top four mantissa bits pick c = 1 + i/16 from a 16-entry table
@@ -77,10 +82,10 @@ inline __attribute__((always_inline)) Vec vlog2_1p(Vec u, Vec y) {
       0.584962501f, 0.643856190f, 0.700439718f, 0.754887502f, 0.807354922f, 0.857980995f, 0.906890596f,
       0.954196310f));
   // r from m * (1/c) rounded to float: the table's 1/c is rounded too, so r carries ~6e-8 relative error of m/c,
-  // absorbed below the 1e-7 target.  Below 1 + 1/16 (c = 1) r is u itself, exact where y's rounding is not
-  // (log1p's accuracy for tiny b|x|)
+  // absorbed below the 1e-7 target.  SMALL_U: below 1 + 1/16 (c = 1) r is u itself, exact where y's rounding is not
   const __m512 r0 = _mm512_fmsub_ps(m, inv_c, _mm512_set1_ps(1.0f));
-  const Vec r(_mm512_mask_mov_ps(r0, _mm512_cmp_ps_mask(y, _mm512_set1_ps(1.0625f), _CMP_LT_OQ), u));
+  Vec r(r0);
+  if constexpr (SMALL_U) r = Vec(_mm512_mask_mov_ps(r0, _mm512_cmp_ps_mask(y, _mm512_set1_ps(1.0625f), _CMP_LT_OQ), u));
   Vec p(-0.32713524f);
   p = at::vec::fmadd(p, r, Vec(0.47962195f));
   p = at::vec::fmadd(p, r, Vec(-0.7213318f));
@@ -179,7 +184,7 @@ struct FwdLanes {
     if constexpr (SSA) {
       const Vec u = v.abs() * bs;
       const Vec signed_n = n | ((v & Vec(-0.0f)) ^ scale_sign);
-      t = at::vec::fmadd(signed_n, vlog2_1p(u, u + Vec(1.0f)), neg_o2);
+      t = at::vec::fmadd(signed_n, vlog2_1p<false>(u, u + Vec(1.0f)), neg_o2);
     } else {
       t = at::vec::fmadd(v, scale2, neg_o2);
     }
@@ -266,6 +271,7 @@ inline float vfwd_row(float* __restrict row, const uint8_t* __restrict mrow, int
 // terms of sum(dg g) for dL/dn.  P is formed exactly as the forward formed it (FwdLanes: b|x| from |v| b|scale|,
 // the sign on n, one FMA for g2 - L2): with g2 ~ 100 a float's rounding is ~1e-5 of P, and a backward that
 // rounds differently from the forward sees rows that no longer sum to the forward's delta (dn, db off by ~1%).
+// (Only its log2 of tiny b|x| differs, vlog2_1p's SMALL_U: by up to 6e-8 n in g where |g| < 0.09 n.)
 template <bool SSA, bool MASK>
 struct BwdLanes {
   Vec bs, scale_sign, n, neg_L2, L2lo, d, kk, scale2;  // b |scale|, scale's sign bit, n, -L2, L2's low part, ...
