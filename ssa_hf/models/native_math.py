@@ -1,5 +1,5 @@
 """C++ source of the fused CPU kernel, part 1 of 5: BLAS tile products, the scalar log/exp and SSA's g(s), the
-portable per-row passes of forward and backward, the per-item row bounds, the parallel driver.  Part 2
+portable per-row passes of forward and backward, the parallel driver.  Part 2
 (native_rows.py) holds the vectorised per-row passes, part 3 (native_tiles.py) the decoding steps', small head dims'
 and bf16 ukernel products, part 4 (native_kernels.py) the forward and backward kernels, part 5 (native_ops.py) their
 entry points and Python bindings; native.py joins the five (part 1 opens the anonymous namespace that part 4 closes)
@@ -273,53 +273,5 @@ void run_items(int64_t items, const F& fn, bool serial) {
   };
   if (nt == 1) worker(0, 1);
   else parallel(nt, worker);
-}
-
-// The running maximum of one (batch, kv head)'s squared key norms over keys [0, j], for item_bounds' max|k|: a
-// worker keeps it across its items of that head (items are handed out head by head), so each key's norm is computed
-// once a call per worker, not once per query block.  NaN from the first key whose norm is not finite.
-struct KeyNorms {
-  int64_t head = -1, count = 0;
-  std::vector<float> prefix_max;
-  // max |k_j|^2 over j < kend of head `hd` (k: its keys, D wide)
-  template <typename T>
-  float upto(const T* k, int64_t D, int64_t hd, int64_t kend) {
-    if (kend <= 0) return 0.0f;
-    if (hd != head) {
-      head = hd;
-      count = 0;
-    }
-    if ((int64_t)prefix_max.size() < kend) prefix_max.resize(kend);
-    float run = count > 0 ? prefix_max[count - 1] : 0.0f;
-    for (int64_t j = count; j < kend; ++j) {
-      float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t d = 0; d < D; ++d) acc += (float)k[j * D + d] * (float)k[j * D + d];
-      run = std::isfinite(acc) && !std::isnan(run) ? std::max(run, acc) : std::numeric_limits<float>::quiet_NaN();
-      prefix_max[j] = run;
-    }
-    count = std::max(count, kend);
-    return prefix_max[kend - 1];
-  }
-};
-
-// |g| bound of each row of a work item (Cauchy-Schwarz): |g| <= |n| log(1 + b |scale| |q| max|k|), max|k|^2 =
-// kmax2 over the keys the item can see (KeyNorms).  Written to m[rows]; returns false if a q or k element it reads
-// is not finite (the caller then runs the torch path, which propagates inf/NaN as eager attention does).
-template <typename T>
-inline bool item_bounds(const Problem& P, const T* q, int64_t rows, int64_t R, float kmax2, int64_t hk, float* m) {
-  bool ok = std::isfinite(kmax2);
-  const float km = std::sqrt(kmax2) * std::fabs(P.scale);
-  for (int64_t rr = 0; rr < rows; ++rr) {
-    const T* qq = q + rr * P.D;
-    float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t d = 0; d < P.D; ++d) acc += (float)qq[d] * (float)qq[d];
-    const float x = std::sqrt(acc) * km;
-    ok = ok && std::isfinite(x);
-    const int64_t h = hk * P.G + rr / R;
-    m[rr] = P.b ? std::fabs(P.n[h]) * std::log1p(P.b[h] * x) : x;
-  }
-  return ok;
 }
 """

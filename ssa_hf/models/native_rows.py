@@ -1,6 +1,6 @@
 """C++ source of the fused CPU kernel, part 2 of 5: the vectorised per-score passes of forward and backward
-(at::vec::Vectorized<float>, 16 lanes on AVX-512, 8 on AVX2) and the choice between them and part 1's portable
-passes.  See native_math.py (part 1) for the rest of the layout; native.py joins the parts and builds them.  Part of
+(at::vec::Vectorized<float>, 16 lanes on AVX-512, 8 on AVX2), the choice between them and part 1's portable
+passes, P's rounding to bf16, and the forward's per-item row bounds (the fixed offsets of its pass).  See native_math.py (part 1) for the rest of the layout; native.py joins the parts and builds them.  Part of
 the remote-code unit (a string, no imports)."""
 
 ROWS_SOURCE = r"""
@@ -378,5 +378,64 @@ inline float fwd_row_any(float* row, const Row& r, int64_t cols, float scale, bo
                          : fwd_row_path<true, false>(row, r.mask, r.cend, cols, scale, b, n, off, h, rsum);
   return r.mask ? fwd_row_path<false, true>(row, r.mask, r.cend, cols, scale, b, n, off, h, rsum)
                 : fwd_row_path<false, false>(row, r.mask, r.cend, cols, scale, b, n, off, h, rsum);
+}
+
+// The running maximum of one (batch, kv head)'s squared key norms over keys [0, j], for item_bounds' max|k|: a
+// worker keeps it across its items of that head (items are handed out head by head), so each key's norm is computed
+// once a call per worker, not once per query block.  NaN from the first key whose norm is not finite.
+struct KeyNorms {
+  int64_t head = -1, count = 0;
+  std::vector<float> prefix_max;
+  // max |k_j|^2 over j < kend of head `hd` (k: its keys, D wide)
+  template <typename T>
+  float upto(const T* k, int64_t D, int64_t hd, int64_t kend) {
+    if (kend <= 0) return 0.0f;
+    if (hd != head) {
+      head = hd;
+      count = 0;
+    }
+    if ((int64_t)prefix_max.size() < kend) prefix_max.resize(kend);
+    float run = count > 0 ? prefix_max[count - 1] : 0.0f;
+    for (int64_t j = count; j < kend; ++j) {
+      float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t d = 0; d < D; ++d) acc += (float)k[j * D + d] * (float)k[j * D + d];
+      run = std::isfinite(acc) && !std::isnan(run) ? std::max(run, acc) : std::numeric_limits<float>::quiet_NaN();
+      prefix_max[j] = run;
+    }
+    count = std::max(count, kend);
+    return prefix_max[kend - 1];
+  }
+};
+
+// |g| bound of each row of a work item (Cauchy-Schwarz): |g| <= |n| log(1 + b |scale| |q| max|k|), max|k|^2 =
+// kmax2 over the keys the item can see (KeyNorms).  Written to m[rows]; returns false if a q or k element it reads
+// is not finite (the caller then runs the torch path, which propagates inf/NaN as eager attention does).
+template <typename T>
+inline bool item_bounds(const Problem& P, const T* q, int64_t rows, int64_t R, float kmax2, int64_t hk, float* m) {
+  bool ok = std::isfinite(kmax2);
+  const float km = std::sqrt(kmax2) * std::fabs(P.scale);
+  for (int64_t rr = 0; rr < rows; ++rr) {
+    const T* qq = q + rr * P.D;
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t d = 0; d < P.D; ++d) acc += (float)qq[d] * (float)qq[d];
+    const float x = std::sqrt(acc) * km;
+    ok = ok && std::isfinite(x);
+    m[rr] = P.b ? P.b[hk * P.G + rr / R] * x : x;
+  }
+  if (P.b && ok) {  // |n| log(1 + b x): glibc's log1pf per row took 1-2% of a small head dim's call
+    int64_t rr = 0;
+#ifdef SSA_HF_VECTOR
+    if (vector_path())
+      for (; rr + kW <= rows; rr += kW) {
+        const Vec u = Vec::loadu(m + rr);
+        (vlog2_1p(u, u + Vec(1.0f)) * Vec(kLn2)).store(m + rr);
+      }
+#endif
+    for (; rr < rows; ++rr) m[rr] = std::log1p(m[rr]);
+    for (rr = 0; rr < rows; ++rr) m[rr] *= std::fabs(P.n[hk * P.G + rr / R]);
+  }
+  return ok;
 }
 """
