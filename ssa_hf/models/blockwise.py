@@ -77,8 +77,9 @@ def _out_dtype(dtype):
 
 
 def _g(x, b, n, ssa):
-    """SSA's g(x) = n sgn(x) log(1 + b|x|) of scaled scores x (b, n broadcast to x), or x itself for softmax."""
-    return torch.copysign(n * torch.log1p(b * x.abs()), x) if ssa else x
+    """SSA's g(x) = n sgn(x) log(1 + b|x|) of scaled scores x (b, n broadcast to x), or x itself for softmax.  (n
+    multiplies after the sign is taken: a learned `raw` n may be negative, and copysign would drop its sign.)"""
+    return torch.copysign(torch.log1p(b * x.abs()), x) * n if ssa else x
 
 
 def _visible(mask, causal, i0, i1, Lk, B, Hkv, G, device):

@@ -143,9 +143,6 @@ inline __attribute__((always_inline)) Vec vexp2_le0(Vec t) {
 #endif
 }
 
-// sgn(x) |a| for a >= 0: the sign bit of x on a
-inline __attribute__((always_inline)) Vec with_sign_of(Vec a, Vec x) { return a | (x & Vec(-0.0f)); }
-
 // visible lanes of a mask row (one byte per key) from c, as an all-ones/zero float mask; reads count bytes
 inline __attribute__((always_inline)) Vec vvisible(const uint8_t* m, int64_t count) {
   if (count == kW) {
@@ -173,7 +170,8 @@ inline float vsum(Vec v) {
 }
 
 // The forward's per-score pass on one vector of raw scores (the first `cnt` lanes real): P = 2^(g2 - offset).
-// x = scale v is never formed: b|x| = |v| (b |scale|), sgn(x) = sgn(v) xor sgn(scale), and the sign goes onto n,
+// x = scale v is never formed: b|x| = |v| (b |scale|), sgn(x) = sgn(v) xor sgn(scale), and the sign goes onto n
+// (its sign bit flipped, not set: a learned `raw` n may be negative),
 // so that n sgn(x) log2(1 + b|x|) - offset is one fused multiply-add (two multiplies fewer per vector: the pass is
 // bound by its multiply/FMA ports on AVX2).
 template <bool SSA, bool MASK>
@@ -183,7 +181,7 @@ struct FwdLanes {
     Vec t;
     if constexpr (SSA) {
       const Vec u = v.abs() * bs;
-      const Vec signed_n = n | ((v & Vec(-0.0f)) ^ scale_sign);
+      const Vec signed_n = n ^ ((v & Vec(-0.0f)) ^ scale_sign);  // n sgn(x), n of either sign (learned raw)
       t = at::vec::fmadd(signed_n, vlog2_1p<false>(u, u + Vec(1.0f)), neg_o2);
     } else {
       t = at::vec::fmadd(v, scale2, neg_o2);
@@ -281,7 +279,7 @@ struct BwdLanes {
       const Vec u = v.abs() * bs;
       const Vec y = u + Vec(1.0f);
       const Vec lg = vlog2_1p(u, y);
-      const Vec signed_n = n | ((v & Vec(-0.0f)) ^ scale_sign);
+      const Vec signed_n = n ^ ((v & Vec(-0.0f)) ^ scale_sign);  // n sgn(x), n of either sign (learned raw)
       Vec p = vexp2_le0(at::vec::fmadd(signed_n, lg, neg_L2) - L2lo);
       if constexpr (MASK) p = p & vvisible(mrow, cnt);
       const Vec dg = p * (dp - d);

@@ -126,6 +126,16 @@ def tiles(request):
 
 
 @pytest.mark.parametrize("is_causal", [False, True])
+def test_negative_n_matches_reference(is_causal, kernel, row_offset):
+    """A learned n stored `raw` may turn negative (any finite value is valid there): g = n sgn(s) log(1 + b|s|)
+    keeps n's sign on every path, forward and every gradient, b and n included.  (The vectorised passes set n's
+    sign bit instead of flipping it, and the torch path's copysign dropped it: 0.55 off in the output.)"""
+    q, k, v, b, _ = _inputs(2, 4, 2, 40, 40, 16, seed=31, big=1.0)
+    n = torch.tensor([-0.7, 1.3, -2.0, 0.4])
+    _check(q, k, v, b, n, is_causal=is_causal, block_size=(16, 24))
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("gqa", [1, 2])
 def test_inference_matches_reference(is_causal, gqa, tiles, row_offset, work_split):
     B, H, L = 3, 4, 37
