@@ -138,7 +138,7 @@ struct Forward {
           // with the ukernel's P V, P rounded to bf16 (its A operand) goes to ph
           float rounded = 0.0f;
           w.l[rr] += fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, w.m[rr], uk_pv ? ph_row : nullptr,
-                                 &rounded);
+                                 &rounded, lse != nullptr);
           w.lr[rr] += rounded;
           continue;
         }
@@ -159,7 +159,8 @@ struct Forward {
         const float a = std::exp(m_prev - m_safe);
         float sum = 0.0f, rounded = 0.0f;
         if (hi != -kInf) {
-          sum = fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, m_safe, uk_pv ? ph_row : nullptr, &rounded);
+          sum = fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, m_safe, uk_pv ? ph_row : nullptr, &rounded,
+                            lse != nullptr);
         } else {
           std::fill(srow, srow + C, 0.0f);
           if (uk_pv) std::fill(ph_row, ph_row + even(C), at::BFloat16(0.0f));
@@ -207,8 +208,9 @@ struct Forward {
       const int64_t g = rr / R, r = rr % R, h = hk * P.G + g;
       const int64_t orow = (bi * P.H + h) * P.Lq + i0 + r;
       T* o = out + orow * P.Dv;
+      // l: the exact sum (0 where P V's rounded sum lr alone was formed: no lse wanted)
       const float l = w.l[rr];
-      if (first || l == 0.0f) {  // no visible key: output 0, lse +inf (no weight, no gradient)
+      if (first || (uk_pv ? w.lr[rr] : l) == 0.0f) {  // no visible key: output 0, lse +inf (no weight, no gradient)
         std::fill(o, o + P.Dv, T(0.0f));
         if (lse) lse[orow] = kInf;
         if (res) std::fill(res + orow * P.Dv, res + (orow + 1) * P.Dv, int8_t(0));

@@ -218,8 +218,9 @@ inline __attribute__((always_inline)) Vec round_store_bf16_pair(Vec e0, Vec e1, 
 #endif
 
 // ROUND (AVX-512 builds): P goes to h rounded to bf16 instead of over the row (round_row_sum's result, without the
-// second pass over the row), the rounded weights' sum to *rsum
-template <bool SSA, bool MASK, bool ROUND = false>
+// second pass over the row), the rounded weights' sum to *rsum; without EXACT the exact sum is not formed (0 is
+// returned: a forward without a row logsumexp divides by the rounded sum alone)
+template <bool SSA, bool MASK, bool ROUND = false, bool EXACT = true>
 inline float vfwd_row(float* __restrict row, const uint8_t* __restrict mrow, int64_t cend, int64_t cols,
                       float scale, float b, float n, float off, at::BFloat16* h = nullptr, float* rsum = nullptr) {
   const float o2 = (float)((double)off * kLog2eD), o2lo = (float)((double)off * kLog2eD - o2);
@@ -233,7 +234,7 @@ inline float vfwd_row(float* __restrict row, const uint8_t* __restrict mrow, int
       const Vec e0 = lanes(Vec::loadu(row + c), MASK ? mrow + c : nullptr, kW);
       const Vec e1 = lanes(Vec::loadu(row + c + kW), MASK ? mrow + c + kW : nullptr, kW);
       racc = round_store_bf16_pair(e0, e1, h + c, racc);
-      acc = acc + (e0 + e1);
+      if constexpr (EXACT) acc = acc + (e0 + e1);
     }
   }
 #endif
@@ -244,7 +245,7 @@ inline float vfwd_row(float* __restrict row, const uint8_t* __restrict mrow, int
     else
 #endif
       e.store(row + c);
-    acc = acc + e;
+    if constexpr (EXACT) acc = acc + e;
   }
   if (c < cend) {  // the tail: masked load and store, lanes past it zeroed for the sum
     const int64_t cnt = cend - c;
@@ -254,15 +255,15 @@ inline float vfwd_row(float* __restrict row, const uint8_t* __restrict mrow, int
     else
 #endif
       e.store(row + c, cnt);
-    acc = acc + e;
+    if constexpr (EXACT) acc = acc + e;
   }
   if constexpr (ROUND) {
-    for (int64_t j = cend; j < cols + (cols % 2); ++j) h[j].x = 0;
+    if (cols + (cols % 2) > cend) std::memset(h + cend, 0, sizeof(at::BFloat16) * (cols + (cols % 2) - cend));
     *rsum = vsum(racc);
   } else {
-    for (int64_t j = cend; j < cols; ++j) row[j] = 0.0f;
+    if (cols > cend) std::memset(row + cend, 0, sizeof(float) * (cols - cend));
   }
-  return vsum(acc);
+  return EXACT ? vsum(acc) : 0.0f;
 }
 
 // The backward's pass on one vector: P from the saved row logsumexp, dS = P (dP - delta) g'(x) scale, and the
@@ -342,14 +343,16 @@ inline int64_t vector_lanes() {
 }
 
 // with h: P also rounded to bf16 into h (a zero past cols where cols is odd), the rounded weights' sum to *rsum;
-// the float row then holds P only where the pass is not fused (portable and AVX2 builds)
+// the float row then holds P only where the pass is not fused (portable and AVX2 builds), and where it is fused
+// the exact sum is returned only if `exact` (else 0)
 template <bool SSA, bool MASK>
 inline float fwd_row_path(float* row, const uint8_t* mrow, int64_t cend, int64_t cols, float scale, float b,
-                          float n, float off, at::BFloat16* h = nullptr, float* rsum = nullptr) {
+                          float n, float off, at::BFloat16* h = nullptr, float* rsum = nullptr, bool exact = true) {
 #ifdef SSA_HF_VECTOR
   if (vector_path()) {
 #ifdef SSA_HF_FUSED_ROUNDING
-    if (h) return vfwd_row<SSA, MASK, true>(row, mrow, cend, cols, scale, b, n, off, h, rsum);
+    if (h && exact) return vfwd_row<SSA, MASK, true>(row, mrow, cend, cols, scale, b, n, off, h, rsum);
+    if (h) return vfwd_row<SSA, MASK, true, false>(row, mrow, cend, cols, scale, b, n, off, h, rsum);
 #endif
     const float l = vfwd_row<SSA, MASK>(row, mrow, cend, cols, scale, b, n, off);
     if (h) *rsum = round_row_sum(row, cols, h);
@@ -371,11 +374,11 @@ inline float bwd_row_path(float* row, float* drow, const uint8_t* mrow, int64_t 
 }
 
 inline float fwd_row_any(float* row, const Row& r, int64_t cols, float scale, bool ssa, float b, float n,
-                         float off, at::BFloat16* h = nullptr, float* rsum = nullptr) {
-  if (ssa) return r.mask ? fwd_row_path<true, true>(row, r.mask, r.cend, cols, scale, b, n, off, h, rsum)
-                         : fwd_row_path<true, false>(row, r.mask, r.cend, cols, scale, b, n, off, h, rsum);
-  return r.mask ? fwd_row_path<false, true>(row, r.mask, r.cend, cols, scale, b, n, off, h, rsum)
-                : fwd_row_path<false, false>(row, r.mask, r.cend, cols, scale, b, n, off, h, rsum);
+                         float off, at::BFloat16* h = nullptr, float* rsum = nullptr, bool exact = true) {
+  if (ssa) return r.mask ? fwd_row_path<true, true>(row, r.mask, r.cend, cols, scale, b, n, off, h, rsum, exact)
+                         : fwd_row_path<true, false>(row, r.mask, r.cend, cols, scale, b, n, off, h, rsum, exact);
+  return r.mask ? fwd_row_path<false, true>(row, r.mask, r.cend, cols, scale, b, n, off, h, rsum, exact)
+                : fwd_row_path<false, false>(row, r.mask, r.cend, cols, scale, b, n, off, h, rsum, exact);
 }
 
 // The running maximum of one (batch, kv head)'s squared key norms over keys [0, j], for item_bounds' max|k|: a
