@@ -137,8 +137,8 @@ struct Forward {
         if (fixed) {
           // with the ukernel's P V, P rounded to bf16 (its A operand) goes to ph
           float rounded = 0.0f;
-          w.l[rr] += fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, w.m[rr], uk_pv ? ph_row : nullptr,
-                                 &rounded, lse != nullptr);
+          w.l[rr] += fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, w.m[rr], ph_row, &rounded,
+                                 lse != nullptr);
           w.lr[rr] += rounded;
           continue;
         }
@@ -159,11 +159,10 @@ struct Forward {
         const float a = std::exp(m_prev - m_safe);
         float sum = 0.0f, rounded = 0.0f;
         if (hi != -kInf) {
-          sum = fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, m_safe, uk_pv ? ph_row : nullptr, &rounded,
-                            lse != nullptr);
+          sum = fwd_row_any(srow, rw, C, P.scale, P.b != nullptr, b, n, m_safe, ph_row, &rounded, lse != nullptr);
         } else {
           std::fill(srow, srow + C, 0.0f);
-          if (uk_pv) std::fill(ph_row, ph_row + even(C), at::BFloat16(0.0f));
+          if (ph_row) std::fill(ph_row, ph_row + even(C), at::BFloat16(0.0f));
         }
         w.m[rr] = m_new;
         w.l[rr] = w.l[rr] * a + sum;

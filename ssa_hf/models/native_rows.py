@@ -19,7 +19,7 @@ inline float bf16_value(uint32_t h) {
 }
 
 // one row x (C values, fp32) rounded to bf16 into h (a zero past C where C is odd); returns the sum of the rounded
-// values (the forward's P V divides by it; unused, inlining drops it)
+// values (the forward's P V divides by it)
 inline float round_row_sum(const float* x, int64_t C, at::BFloat16* h) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -348,19 +348,18 @@ inline int64_t vector_lanes() {
 template <bool SSA, bool MASK>
 inline float fwd_row_path(float* row, const uint8_t* mrow, int64_t cend, int64_t cols, float scale, float b,
                           float n, float off, at::BFloat16* h = nullptr, float* rsum = nullptr, bool exact = true) {
-#ifdef SSA_HF_VECTOR
-  if (vector_path()) {
 #ifdef SSA_HF_FUSED_ROUNDING
-    if (h && exact) return vfwd_row<SSA, MASK, true>(row, mrow, cend, cols, scale, b, n, off, h, rsum);
-    if (h) return vfwd_row<SSA, MASK, true, false>(row, mrow, cend, cols, scale, b, n, off, h, rsum);
+  if (h && vector_path())
+    return exact ? vfwd_row<SSA, MASK, true>(row, mrow, cend, cols, scale, b, n, off, h, rsum)
+                 : vfwd_row<SSA, MASK, true, false>(row, mrow, cend, cols, scale, b, n, off, h, rsum);
 #endif
-    const float l = vfwd_row<SSA, MASK>(row, mrow, cend, cols, scale, b, n, off);
-    if (h) *rsum = round_row_sum(row, cols, h);
-    return l;
-  }
-#endif
+#ifdef SSA_HF_VECTOR
+  const float l = vector_path() ? vfwd_row<SSA, MASK>(row, mrow, cend, cols, scale, b, n, off)
+                                : fwd_row<SSA, MASK>(row, mrow, cend, cols, scale, b, n, off);
+#else
   const float l = fwd_row<SSA, MASK>(row, mrow, cend, cols, scale, b, n, off);
-  if (h) *rsum = round_row_sum(row, cols, h);
+#endif
+  if (h) *rsum = round_row_sum(row, cols, h);  // the rounding as a second pass over the row
   return l;
 }
 

@@ -287,7 +287,6 @@ inline int64_t even(int64_t k) { return (k + 1) & ~int64_t(1); }
 inline int64_t vnni_width(int64_t n) { return (n + 15) / 16 * 16; }
 inline int64_t vnni_words(int64_t K, int64_t N) { return even(K) / 2 * vnni_width(N); }  // of a packed [K x N]
 
-
 // The output's residual: what rounding a bf16 output element's fp32 value dropped, in 1/256ths of the element's bf16
 // ulp, as int8 (8 more bits of mantissa, one byte per element).  The ulp is read from the bf16 bits alone (exponent
 // field e: 2^(max(e, 8) - 134); below 2^-119 it is coarser than the true ulp), so the backward recovers it exactly.
