@@ -197,6 +197,10 @@ def _blockwise_run(call: AttentionCall) -> tuple[Tensor, None]:
                             call.is_causal, call.scale), None
 
 
+def _blockwise_infer(query, key, value, params, mask, is_causal, scale) -> Tensor:
+    return _run_blockwise()(query, key, value, params.get("b"), params.get("n"), mask, is_causal, scale)
+
+
 @functools.cache
 def _run_blockwise():
     # imported on first use (the kernel's module stays optional), then kept: an import statement per call costs
@@ -227,6 +231,9 @@ class Backend:
     # (spec, params) -> run(query, key, value, mask, is_causal, scale) -> out: the backend with one scoring group's
     # parameters bound, for calls without gradients, dropout or weights (what a layer keeps between decoding steps)
     bind: Callable[[ScoringFunction, dict], Callable] | None = None
+    # (query, key, value, params, mask, is_causal, scale) -> out: `run` for a call without gradients, dropout or
+    # weights, from its arguments (`infer`: no AttentionCall built, a microsecond of a short decoding call)
+    infer: Callable[..., Tensor] | None = None
 
     def refuses(self, spec, needs_grad: bool, device, dropout: float) -> str | None:
         """None when the backend can run the request, else the reason it cannot (shown to the user)."""
@@ -242,7 +249,8 @@ BACKENDS: dict[str, Backend] = {
                     _flex_prefers, _flex_run),
     "blockwise": Backend("blockwise", "fused CPU kernel, memory linear in the length (custom op "
                          "`torch.ops.ssa_hf.attention_forward_v2`)", _blockwise_scoring, _blockwise_conditions,
-                         _blockwise_prefers, _blockwise_run, bind=_blockwise_bind),
+                         _blockwise_prefers, _blockwise_run, bind=_blockwise_bind,
+                         infer=_blockwise_infer),
 }
 BACKEND_NAMES = tuple(BACKENDS)
 FALLBACK = "eager"
@@ -312,6 +320,17 @@ def dispatch(call: AttentionCall, backend: str | None,
     return BACKENDS[name].run(call)
 
 
+def infer(spec, params: dict, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, is_causal: bool,
+          scale: float, backend: str | None, refused: str = "Backend {backend!r} cannot run scoring {scoring!r}") -> Tensor:
+    """`dispatch` for a checked call that needs no gradient (none enabled, or no input requires one), dropout or
+    weights, from its arguments: the backend's `infer` where it has one, else its `run` on the AttentionCall."""
+    name = resolve(spec, query.device, False, 0.0, query.shape[2], key.shape[2], False, backend, refused)
+    run = BACKENDS[name].infer
+    if run is not None:
+        return run(query, key, value, params, mask, is_causal, scale)
+    return BACKENDS[name].run(AttentionCall(query, key, value, spec, params, mask, scale, is_causal=is_causal))[0]
+
+
 def inference_runner(spec, params: dict, device: torch.device, q_len: int, kv_len: int, backend: str | None,
                      refused: str = "Backend {backend!r} cannot run scoring {scoring!r}") -> Callable | None:
     """What `dispatch` would run for a call without gradients, dropout or weights, with `params` bound:
@@ -327,5 +346,5 @@ def static_refusal(backend: str, scoring: str) -> str | None:
     return BACKENDS[backend].scoring(get_scoring_function(scoring))
 
 
-__all__ = ["AttentionCall", "BACKENDS", "BACKEND_NAMES", "Backend", "choose_backend", "dispatch", "inference_runner",
+__all__ = ["AttentionCall", "BACKENDS", "BACKEND_NAMES", "Backend", "choose_backend", "dispatch", "infer", "inference_runner",
            "resolve", "static_refusal", "supported_backends"]

@@ -233,13 +233,13 @@ def _use_native(query):
 
 
 def _kernel_forward(query, key, value, b, n, mask, causal, scale, block_q, block_k, need_lse):
-    """[out, lse, res] from the compiled kernel (lse empty without need_lse; res: output_residual's for bf16 with
-    need_lse, else empty), or None where it does not take the call:
+    """[out, lse, res] from the compiled kernel ([out] alone without need_lse; res: output_residual's for bf16,
+    else empty), or None where it does not take the call:
     not on CPU, float64, the kernel off or not built, or a non-finite query or key element (the torch path
     propagates those as eager attention does).  bf16 and fp16 are read as they are: no float32 copies.  The op
     makes its inputs contiguous and b, n float32 itself (no-ops for a decoding step's tensors; this runs per layer
     per step, and each check here cost a fraction of a microsecond)."""
-    ops = load_kernels() if _use_native(query) else None
+    ops = load_kernels() if query.is_cpu and query.dtype in _KERNEL_DTYPES else None
     if ops is None:
         return None
     res = ops.forward(query, key, value, b, n, mask, causal, scale, block_q, block_k, need_lse, _STATIC_BOUND_MAX,
@@ -456,10 +456,11 @@ def run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q=BLOCK
     softmax, else a number or [H] (or one-value) tensors; mask None or bool, broadcastable to [B, H, Lq, Lk]."""
     H = query.shape[1]
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    dtype = _compute_dtype(query.dtype)
+    dtype = torch.float64 if query.dtype is torch.float64 else torch.float32
     if b is None:
         b = n = query.new_empty((0,), dtype=dtype)
-    else:
+    elif not (type(b) is Tensor and type(n) is Tensor and b.dtype is dtype and n.dtype is dtype and b.shape == (H,)
+              and n.shape == (H,) and b.is_cpu and n.is_cpu and query.is_cpu):  # else: as the kernel takes them
         b, n = _as_head_param(b, H, query, dtype), _as_head_param(n, H, query, dtype)
     if mask is not None:
         mask = mask.to(query.device).reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
@@ -471,7 +472,8 @@ def run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q=BLOCK
     # need its fake kernel.  (torch.func transforms run neither: the op's autograd has no functorch support either.)
     run = attention_forward
     if type(query) is Tensor and not torch.compiler.is_compiling():
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value, b, n)):
+        if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad
+                                        or b.requires_grad or n.requires_grad):
             run = _EagerAttention.apply
         else:  # no gradient: no row logsumexp either
             res = _kernel_forward(query, key, value, b, n, mask, bool(is_causal), scale, block_q, block_k, False)

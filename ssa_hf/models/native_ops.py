@@ -12,6 +12,8 @@ Problem make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
               v.scalar_type() == dt, "ssa_hf fused kernel: q, k, v of one dtype, float32, bfloat16 or float16");
   TORCH_CHECK(b.numel() == 0 || (b.scalar_type() == at::kFloat && n.scalar_type() == at::kFloat),
               "ssa_hf fused kernel: float32 b and n expected");
+  TORCH_CHECK(q.dim() == 4 && b.numel() == n.numel() && (b.numel() == 0 || b.numel() == q.size(1)),
+              "ssa_hf fused kernel: b and n hold one value per query head, or none (softmax)");
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "ssa_hf fused kernel: contiguous inputs expected");
   Problem P{};
   P.qx = q.data_ptr(); P.kx = k.data_ptr(); P.vx = v.data_ptr();
@@ -38,9 +40,9 @@ Problem make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   return P;
 }
 
-// Forward: returns {out [B, H, Lq, Dv], lse [B, H, Lq], res}, or {} when a query or key element is not finite.  res:
-// for bf16 with need_lse, out's residual (int8 [B, H, Lq, Dv], bf16_residual: what rounding out to bf16 dropped, which
-// the backward's delta reads); else empty.
+// Forward: returns {out [B, H, Lq, Dv], lse [B, H, Lq], res} with need_lse, else {out}; {} when a query or key
+// element is not finite.  res: for bf16, out's residual (int8 [B, H, Lq, Dv], bf16_residual: what rounding out to
+// bf16 dropped, which the backward's delta reads); else empty.
 // Rows whose |g| bound (Cauchy-Schwarz) is at most fixed_max use it as a fixed offset: one pass per tile, no
 // running maximum, no rescaling of the partial output (40 keeps exp(g - bound) >= exp(-80), a normal float32).
 // The inputs are taken as they come and made what the kernel reads here (contiguous; k and v in q's dtype; b and n
@@ -50,22 +52,31 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q_in, const at::Tens
                                           const c10::optional<at::Tensor>& mask, bool causal, double scale,
                                           int64_t bq, int64_t bk, bool need_lse, double fixed_max,
                                           double serial_flops) {
+  // (each conversion a no-op for a decoding step's tensors, but a dispatched call of its own: skipped then)
   const at::Tensor q = q_in.contiguous();
-  const at::Tensor k = k_in.to(q.scalar_type()).contiguous(), v = v_in.to(q.scalar_type()).contiguous();
-  const at::Tensor b = b_in.to(at::kFloat).contiguous(), n = n_in.to(at::kFloat).contiguous();
+  const auto dt = q.scalar_type();
+  const at::Tensor k = (k_in.scalar_type() == dt ? k_in : k_in.to(dt)).contiguous();
+  const at::Tensor v = (v_in.scalar_type() == dt ? v_in : v_in.to(dt)).contiguous();
+  const at::Tensor b = (b_in.scalar_type() == at::kFloat ? b_in : b_in.to(at::kFloat)).contiguous();
+  const at::Tensor n = (n_in.scalar_type() == at::kFloat ? n_in : n_in.to(at::kFloat)).contiguous();
   Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
   P.fixed_max = (float)fixed_max;
   at::Tensor out = at::empty({P.B, P.H, P.Lq, P.Dv}, q.options());
-  at::Tensor lse = at::empty({need_lse ? P.B : 0, P.H, P.Lq}, q.options().dtype(at::kFloat));
+  // without need_lse the result is {out} alone (two empty tensors cost a decoding call a microsecond)
+  at::Tensor lse = need_lse ? at::empty({P.B, P.H, P.Lq}, q.options().dtype(at::kFloat)) : at::Tensor();
   const bool need_res = need_lse && P.dtype == at::kBFloat16;
   at::Tensor res = need_res ? at::empty({P.B, P.H, P.Lq, P.Dv}, q.options().dtype(at::kChar))
-                            : at::empty({0}, q.options().dtype(at::kChar));
-  if (P.Lq == 0) return {out, lse, res};
+                            : (need_lse ? at::empty({0}, q.options().dtype(at::kChar)) : at::Tensor());
+  const auto result = [&]() -> std::vector<at::Tensor> {
+    if (need_lse) return {out, lse, res};
+    return {out};
+  };
+  if (P.Lq == 0) return result();
   if (P.Lk == 0) {
     out.zero_();
-    res.zero_();
+    if (need_res) res.zero_();
     if (need_lse) lse.fill_(kInf);
-    return {out, lse, res};
+    return result();
   }
   // Short query blocks (decoding steps): the bound would read all of K once more for a handful of rows; run the
   // online maximum, which checks the scores it sees for inf/NaN instead.
@@ -93,7 +104,7 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q_in, const at::Tens
     run_items(nqb * P.B * P.Hkv, f, problem_flops(P) < serial_flops);
   }
   if (nonfinite.load()) return {};
-  return {out, lse, res};
+  return result();
 }
 
 // Backward (res: the forward's residual of out, or empty): returns {dq, dk, dv, dn [H], db [H]} (dn, db in the

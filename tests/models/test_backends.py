@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from ssa_hf.models.attention import BACKENDS, scored_attention, ssa_attention, supported_backends
-from ssa_hf.models.backends import choose_backend
+from ssa_hf.models import attention as attention_module
+from ssa_hf.models.backends import AttentionCall, choose_backend, dispatch, infer
 from ssa_hf.models.linear import LINEAR_ATTENTIONS
 from ssa_hf.models.scoring import SCORING_FUNCTIONS, get_scoring_function
 
@@ -80,6 +81,28 @@ def test_ssa_is_not_softmax_on_any_backend(backend):
     ssa = ssa_attention(q, k, v, 1.0, 1.5, is_causal=True, backend=backend)
     softmax = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     assert (ssa - softmax).abs().max() > 0.05
+
+
+INFER_CASES = [(b, s) for s in ("softmax", "ssa", "ssmax", "linear") for b in supported_backends(s, "cpu", False)]
+
+
+@pytest.mark.parametrize("backend,scoring", INFER_CASES, ids=[f"{b}-{s}" for b, s in INFER_CASES])
+@pytest.mark.parametrize("masked", [False, True])
+def test_infer_runs_what_dispatch_runs(backend, scoring, masked):
+    """A call without gradients takes `infer` (arguments straight to the backend: no AttentionCall); it gives what
+    `dispatch` gives for the same call, on every backend that runs it."""
+    (q, k, v), mask = make_inputs(heads=4, kv_heads=4, q_len=7, kv_len=11, dim=16)
+    mask = mask if masked else None
+    spec = get_scoring_function(scoring)
+    given = params_for(scoring, heads=4) if scoring in SCORING_FUNCTIONS else {}
+    params = attention_module._head_params(spec, given, 4, q, k)
+    call = AttentionCall(q, k, v, spec, params, mask, 0.3, is_causal=not masked)
+    want = dispatch(call, backend)[0]
+    got = infer(spec, params, q, k, v, mask, not masked, 0.3, backend)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    via_public = scored_attention(q, k, v, scoring, given, attn_mask=mask,
+                                  is_causal=not masked, scale=0.3, backend=backend)
+    torch.testing.assert_close(via_public, want, atol=0, rtol=0)
 
 
 def test_auto_backend_choice(caplog):

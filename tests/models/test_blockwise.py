@@ -745,6 +745,23 @@ def test_no_grad_calls_skip_the_op_and_give_its_result():
     assert type(out).__name__ == "FakeTensor" and out.shape == (1, 4, 24, 8)
 
 
+def test_kernel_entry_returns_out_alone_without_lse_and_refuses_b_n_of_another_length(kernel):
+    """The compiled forward's result without need_lse is [out] (no empty lse and residual made per decoding call),
+    the same values as with it; b and n of a length other than H (or empty) are refused, never read past."""
+    if kernel == "torch":
+        pytest.skip("the compiled kernel's entry point")
+    ops = native.load_kernels()
+    q, k, v, b, n = _inputs(1, 4, 2, 5, 9, 8, seed=7)
+    k, v = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    alone = ops.forward(q, k, v, b, n, None, True, 0.3, 256, 256, False, bw._STATIC_BOUND_MAX, bw._SERIAL_FLOPS)
+    full = ops.forward(q, k, v, b, n, None, True, 0.3, 256, 256, True, bw._STATIC_BOUND_MAX, bw._SERIAL_FLOPS)
+    assert len(alone) == 1 and len(full) == 3 and torch.equal(alone[0], full[0])
+    for bad_b, bad_n in ((b[:1], n[:1]), (b[:3], n[:3]), (b, n[:2])):
+        with pytest.raises(RuntimeError, match="one value per query head"):
+            ops.forward(q, k, v, bad_b, bad_n, None, True, 0.3, 256, 256, False, bw._STATIC_BOUND_MAX,
+                        bw._SERIAL_FLOPS)
+
+
 @pytest.mark.parametrize("scoring", ["ssa", "softmax"])
 def test_eager_gradients_skip_the_op_and_match_it(scoring):
     """Eager calls with gradients run the op's forward and backward through a plain autograd.Function (no
