@@ -235,14 +235,22 @@ def measure_decode_steps(args, preset: str, length: int) -> list[dict]:
     import torch
 
     dtype = getattr(torch, args.dtype)
-    models = {name: build(preset, scoring, impl, length + 1, dtype) for name, scoring, impl in VARIANTS}
-    calls = {name: decode_step_call(model, length, args.steps_per_round) for name, model in models.items()}
+    # Each variant `--copies` times, built in mirrored order (A B C D, then D C B A): where a model's weights land
+    # in memory moves a 114M model's step (it streams its weights) by 2-3%, and the first one built is the slow one
+    # whatever its kind (measured); a variant's time per round is the mean over its copies.
+    copies = {}
+    for copy in range(args.copies):
+        for name, scoring, impl in (VARIANTS if copy % 2 == 0 else VARIANTS[::-1]):
+            copies[(name, copy)] = build(preset, scoring, impl, length + 1, dtype)
+    calls = {key: decode_step_call(model, length, args.steps_per_round) for key, model in copies.items()}
     alternate(calls, 2)  # warm-up: kernels built, layer states made, caches warm
-    times = alternate(calls, args.rounds, args.min_seconds, max_repeats=max(args.rounds, 2000))
+    by_copy = alternate(calls, args.rounds, args.min_seconds, max_repeats=max(args.rounds, 2000))
+    times = {name: [statistics.fmean(round_times) for round_times in zip(*(by_copy[(name, c)] for c in range(args.copies)))]
+             for name, _, _ in VARIANTS}
     rows = []
     for name, scoring, impl in VARIANTS:
         rows.append({"preset": preset, "cache_length": length, "variant": name, "attn_implementation": impl,
-                     "step_us": statistics.median(times[name]) * 1e6, "rounds": len(times[name]),
+                     "step_us": statistics.median(times[name]) * 1e6, "rounds": len(times[name]), "copies": args.copies,
                      "vs_stock_paired": paired_ratio(times[name], times["stock sdpa"]),
                      "vs_sdpa_paired": paired_ratio(times[name], times["softmax sdpa"])})
         print(rows[-1], file=sys.stderr, flush=True)
@@ -363,6 +371,8 @@ def main(argv=None) -> int:
     parser.add_argument("--heads", nargs="+", default=["4", "8", "12"], help="--decode-calls: query heads")
     parser.add_argument("--head-dim", type=int, default=64, help="--decode-calls: head dim")
     parser.add_argument("--rounds", type=int, default=30, help="--decode-steps/--decode-calls: timed rounds (median)")
+    parser.add_argument("--copies", type=int, default=2,
+                        help="--decode-steps: models built per variant, in mirrored order (memory placement balanced)")
     parser.add_argument("--steps-per-round", type=int, default=20,
                         help="--decode-steps/--decode-calls: steps (calls) timed together per variant per round")
     parser.add_argument("--output", default="bench_model.json")

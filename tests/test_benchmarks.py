@@ -75,6 +75,16 @@ def test_bench_model_rows(tmp_path):
     assert rows[3]["parameters"] == rows[1]["parameters"] < rows[0]["parameters"]
 
 
+def test_bench_model_decode_steps_time_every_copy(tmp_path):
+    """--decode-steps builds each variant --copies times (mirrored build order) and pairs the per-round means."""
+    rows = _run("bench_model.py", "--decode-steps", "--presets", "tiny_llama", "--lengths", "8", "--threads", "1",
+                "--rounds", "2", "--steps-per-round", "1", "--copies", "2", tmp_path=tmp_path)
+    assert [r["variant"] for r in rows] == ["ssa", "softmax", "softmax sdpa", "stock sdpa"]
+    for row in rows:
+        assert row["copies"] == 2 and row["rounds"] == 2 and row["step_us"] > 0
+    assert rows[3]["vs_stock_paired"]["median"] == 1.0 and rows[0]["vs_stock_paired"]["median"] > 0
+
+
 def test_paired_ratio_pairs_rounds_and_covers_the_median():
     """Ratios are taken round by round (a machine that slows down for half the rounds moves both variants, not the
     ratio), and the order-statistics interval is the binomial one: with 6 rounds [min, max] (coverage 31/32)."""
