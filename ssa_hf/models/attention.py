@@ -5,8 +5,8 @@
 - Backends (`BACKENDS`, backends.py): `eager` (materialised weights, every scoring function), `flex`
   (FlexAttention score_mod: softmax-family functions; forward only on CPU), `blockwise` (the fused CPU kernel:
   softmax and SSA). Each states what it can run and refuses the rest with an error that names the alternative;
-  both entry points here check their inputs once and hand an `AttentionCall` to the one dispatch. Nothing falls
-  back to softmax.
+  both entry points here check their inputs once and hand an `AttentionCall` to the one dispatch (a call
+  without gradients, dropout or weights: its arguments to `infer`, the same choice). Nothing falls back to softmax.
 - Linear attention and CosFormer (`linear.py`, not row-wise functions of the scores) run on `eager`, in linear
   time; their weights are materialised only when asked for (`return_weights`, `output_attentions`) or for
   attention dropout. `scoring` may also be a list with one name per head (a mixture of scoring heads).
