@@ -27,7 +27,7 @@ import weakref
 import torch
 from torch import Tensor
 
-from .backends import _SMALL_PROBLEM, BACKEND_NAMES, BACKENDS, AttentionCall, choose_backend, dispatch, infer, inference_runner, supported_backends
+from .backends import _SMALL_PROBLEM, BACKEND_NAMES, BACKENDS, AttentionCall, choose_backend, dispatch, infer, inference_runner, needs_grad, supported_backends
 from .linear import as_4d
 from .mixture import Group, run_groups
 from .parameters import as_head_tensor, checked_before, closest_name, is_real, unchanged_values, value_copy
@@ -148,9 +148,7 @@ def scored_attention(
         if return_weights and not BACKENDS[backend].returns_weights:
             raise ValueError(f"return_weights needs backend 'eager' (backend {backend!r} never materialises the weights)")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    if groups is None and not return_weights and not dropout_p and (not torch.is_grad_enabled() or not (
-            query.requires_grad or key.requires_grad or value.requires_grad
-            or any(p.requires_grad for p in params.values()))):
+    if groups is None and not return_weights and not dropout_p and not needs_grad(query, key, value, params):
         return infer(spec, params, query, key, value, mask, is_causal, scale, backend)  # a decoding call's way
     call = AttentionCall(query, key, value, spec, params, mask, scale, dropout_p, dropout_p > 0, return_weights, is_causal)
     if groups is None:

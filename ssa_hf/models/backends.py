@@ -66,10 +66,13 @@ class AttentionCall:
         return call
 
     def needs_grad(self) -> bool:
-        if not torch.is_grad_enabled():
-            return False
-        tensors = (self.query, self.key, self.value, *self.params.values())
-        return any(t.requires_grad for t in tensors)
+        return needs_grad(self.query, self.key, self.value, self.params)
+
+
+def needs_grad(query: Tensor, key: Tensor, value: Tensor, params: dict) -> bool:
+    """Whether a call on these tensors and per-head parameters records a gradient."""
+    return torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad
+                                        or any(p.requires_grad for p in params.values()))
 
 
 def _is_linear(spec) -> bool:
@@ -346,5 +349,5 @@ def static_refusal(backend: str, scoring: str) -> str | None:
     return BACKENDS[backend].scoring(get_scoring_function(scoring))
 
 
-__all__ = ["AttentionCall", "BACKENDS", "BACKEND_NAMES", "Backend", "choose_backend", "dispatch", "infer", "inference_runner",
-           "resolve", "static_refusal", "supported_backends"]
+__all__ = ["AttentionCall", "BACKENDS", "BACKEND_NAMES", "Backend", "choose_backend", "dispatch", "infer",
+           "inference_runner", "needs_grad", "resolve", "static_refusal", "supported_backends"]

@@ -239,7 +239,7 @@ def _kernel_forward(query, key, value, b, n, mask, causal, scale, block_q, block
     propagates those as eager attention does).  bf16 and fp16 are read as they are: no float32 copies.  The op
     makes its inputs contiguous and b, n float32 itself (no-ops for a decoding step's tensors; this runs per layer
     per step, and each check here cost a fraction of a microsecond)."""
-    ops = load_kernels() if query.is_cpu and query.dtype in _KERNEL_DTYPES else None
+    ops = load_kernels() if _use_native(query) else None
     if ops is None:
         return None
     res = ops.forward(query, key, value, b, n, mask, causal, scale, block_q, block_k, need_lse, _STATIC_BOUND_MAX,
@@ -456,11 +456,10 @@ def run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q=BLOCK
     softmax, else a number or [H] (or one-value) tensors; mask None or bool, broadcastable to [B, H, Lq, Lk]."""
     H = query.shape[1]
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    dtype = torch.float64 if query.dtype is torch.float64 else torch.float32
+    dtype = _compute_dtype(query.dtype)
     if b is None:
         b = n = query.new_empty((0,), dtype=dtype)
-    elif not (type(b) is Tensor and type(n) is Tensor and b.dtype is dtype and n.dtype is dtype and b.shape == (H,)
-              and n.shape == (H,) and b.is_cpu and n.is_cpu and query.is_cpu):  # else: as the kernel takes them
+    else:
         b, n = _as_head_param(b, H, query, dtype), _as_head_param(n, H, query, dtype)
     if mask is not None:
         mask = mask.to(query.device).reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))

@@ -246,7 +246,7 @@ def unchanged_values(tensor: Tensor, copy: tuple | Tensor | None) -> bool:
 # --------------------------------------------------------------------------------------------------
 
 
-# Per-head tensors whose values passed the checks: id -> (weak reference, heads, positive, value_copy, version
+# Per-head tensors whose values passed the checks: id -> (weak reference, (heads, positive), value_copy, version
 # counter, storage). A tensor found here is the same object with the same values as when it was checked, so they
 # need no second look: a decoding loop passing the same b and n each call pays a lookup instead of the checks. On the
 # CPU its values are compared (see value_copy); elsewhere an in-place edit moves the version counter and `.data =`
@@ -257,12 +257,11 @@ _CHECKED: dict = {}
 def checked_before(value, heads: int, query: Tensor, positive: bool) -> bool:
     """Whether `value` is a tensor remembered with these values for `heads` heads on the query's device."""
     hit = _CHECKED.get(id(value))
-    if hit is None or hit[0]() is not value or hit[1] != heads or hit[2] is not positive:
+    if hit is None or hit[0]() is not value or hit[1] != (heads, positive):
         return False
-    copy = hit[3]
-    if type(copy) is tuple:  # unchanged_values, inlined: this runs for each parameter of each decoding call
-        return value.is_cpu and query.is_cpu and value.dtype is copy[0] and value.tolist() == copy[1]
-    return hit[4] == value._version and hit[5] == value.data_ptr() and value.device == query.device
+    if type(hit[2]) is tuple:
+        return value.is_cpu and query.is_cpu and unchanged_values(value, hit[2])
+    return hit[3] == value._version and hit[4] == value.data_ptr() and value.device == query.device
 
 
 def _remember_checked(tensor: Tensor, heads: int, positive: bool) -> None:
@@ -270,7 +269,7 @@ def _remember_checked(tensor: Tensor, heads: int, positive: bool) -> None:
         _CHECKED.clear()
     copy = value_copy(tensor)
     by_value = type(copy) is tuple
-    _CHECKED[id(tensor)] = (weakref.ref(tensor), heads, bool(positive), copy, None if by_value else tensor._version,
+    _CHECKED[id(tensor)] = (weakref.ref(tensor), (heads, positive), copy, None if by_value else tensor._version,
                             None if by_value else tensor.data_ptr())
 
 
