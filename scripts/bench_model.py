@@ -18,7 +18,9 @@ Presets: `tiny_llama` and `decoder_114m` (12 layers, hidden 768, 24 heads / 8 ke
     python scripts/bench_model.py --presets decoder_114m --lengths 1024 --batch 1 --steps 3
     python scripts/bench_model.py --quick --load 2      # beside two busy processes (data-loader workers)
 
-Training: tokens/s of forward+backward+AdamW steps (median over steps after warm-up steps).
+Training: tokens/s of forward+backward+AdamW steps (median over steps after warm-up steps). AdamW as `ssa-hf
+pretrain` builds it (`adam_fused: true`, torch's fused update); `--optimizer loop` times torch's default update,
+which on a CPU runs a loop of small ops per tensor (a fixed cost per tensor: SSA's b and n are 2 more per layer).
 Decoding: new tokens/s of greedy `generate` with the KV cache (one-token steps), after a warm-up generate.
 `--decode-steps`: only the per-token decoding step (a forward of one token against a KV cache of each --lengths
 tokens, cropped back after each step), every variant alternating round by round, paired time ratios to the stock
@@ -143,11 +145,11 @@ def build(preset: str, scoring: str, implementation: str, max_length: int, dtype
 class TrainingRun:
     """One variant's model, optimizer and batch; `step()` times one forward+backward+AdamW step."""
 
-    def __init__(self, model, batch: int, length: int):
+    def __init__(self, model, batch: int, length: int, optimizer: str = "fused"):
         import torch
 
         self.model = model.train()
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=optimizer == "fused" or None)
         g = torch.Generator().manual_seed(0)
         self.ids = torch.randint(3, model.config.vocab_size, (batch, length), generator=g)
 
@@ -306,7 +308,7 @@ def measure(args, preset: str, length: int) -> list[dict]:
     models = {name: build(preset, scoring, impl, max(length, args.prompt + args.new_tokens), dtype)
               for name, scoring, impl in VARIANTS}
     causal = all(getattr(m, "can_generate", lambda: False)() for m in models.values())
-    runs = {name: TrainingRun(model, args.batch, length) for name, model in models.items()}
+    runs = {name: TrainingRun(model, args.batch, length, args.optimizer) for name, model in models.items()}
     for run in runs.values():
         run.autocast = args.autocast
     alternate({name: run.step for name, run in runs.items()}, args.warmup)  # builds kernels, warms caches
@@ -321,7 +323,7 @@ def measure(args, preset: str, length: int) -> list[dict]:
         step_s = statistics.median(train[name])
         row = {"preset": preset, "length": length, "variant": name, "attn_implementation": impl,
                "train_tokens_per_s": args.batch * length / step_s, "train_step_s": step_s,
-               "train_steps_timed": len(train[name])}
+               "train_steps_timed": len(train[name]), "optimizer": args.optimizer}
         row["parameters"] = _parameters(models[name])
         row["train_vs_sdpa_paired"] = paired_ratio(train["softmax sdpa"], train[name])
         row["train_vs_stock_paired"] = paired_ratio(train["stock sdpa"], train[name])
@@ -359,6 +361,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-decode", dest="decode", action="store_false")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights' dtype")
     parser.add_argument("--autocast", action="store_true", help="training under CPU bfloat16 autocast")
+    parser.add_argument("--optimizer", default="fused", choices=["fused", "loop"],
+                        help="AdamW update: fused (as ssa-hf pretrain's adam_fused: true) or torch's default loop")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--quick", action="store_true", help="tiny and decoder_114m at L=256 and 1024")
     parser.add_argument("--load", type=int, default=0,
@@ -408,7 +412,7 @@ def main(argv=None) -> int:
                "torch": torch.__version__, "batch": args.batch, "steps": args.steps, "warmup": args.warmup,
                "prompt": args.prompt, "new_tokens": args.new_tokens, "min_seconds": args.min_seconds, "malloc_env": MALLOC_ENV,
                "busy_before": busy_before, "busy_after": busy_fraction(), "busy_processes": args.load,
-               "dtype": args.dtype, "autocast": args.autocast}
+               "dtype": args.dtype, "autocast": args.autocast, "optimizer": args.optimizer}
     lines = ["| preset | L | variant | params | train tok/s | x softmax | x sdpa | paired x stock [95% CI] | decode tok/s "
              "| x softmax | x sdpa | paired x stock [95% CI] |",
              "|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---|"]
@@ -419,7 +423,7 @@ def main(argv=None) -> int:
         lines.append(f"| {r['preset']} | {r['length']} | {r['variant']} | {r['parameters']:,} | "
                      f"{r['train_tokens_per_s']:.0f} | {r['train_tokens_per_s_vs_softmax']:.2f} | "
                      f"{r['train_tokens_per_s_vs_sdpa']:.2f} | {_interval(r['train_vs_stock_paired'])} | {dec} |")
-    _write_and_print(args.output, machine, rows, lines, f"{args.dtype} weights{' under bf16 autocast' if args.autocast else ''}; batch {args.batch}, median of >= {args.steps} training steps (and >= {args.min_seconds} s) after {args.warmup} warm-up; decoding: prompt "
+    _write_and_print(args.output, machine, rows, lines, f"{args.dtype} weights{' under bf16 autocast' if args.autocast else ''}; batch {args.batch}, AdamW {args.optimizer}, median of >= {args.steps} training steps (and >= {args.min_seconds} s) after {args.warmup} warm-up; decoding: prompt "
           f"{args.prompt}, {args.new_tokens} new tokens, greedy with KV cache (median of {args.decode_repeats}); "
           f"{machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; {args.load} busy processes; machine busy before/after: "
           f"{busy_before}/{machine['busy_after']} (0 = idle)")

@@ -66,7 +66,7 @@ def test_bench_model_rows(tmp_path):
                 "--new-tokens", "3", "--decode-repeats", "1", tmp_path=tmp_path)
     assert [r["variant"] for r in rows] == ["ssa", "softmax", "softmax sdpa", "stock sdpa"]
     for row in rows:
-        assert row["train_tokens_per_s"] > 0 and row["decode_tokens_per_s"] > 0
+        assert row["train_tokens_per_s"] > 0 and row["decode_tokens_per_s"] > 0 and row["optimizer"] == "fused"  # as pretrain builds it
     assert rows[1]["train_tokens_per_s_vs_softmax"] == 1.0 and rows[2]["train_tokens_per_s_vs_sdpa"] == 1.0
     assert rows[2]["train_vs_sdpa_paired"]["median"] == 1.0 and rows[0]["decode_vs_sdpa_paired"]["rounds"] == 1
     assert rows[3]["train_tokens_per_s_vs_stock"] == 1.0 and rows[0]["decode_vs_stock_paired"]["rounds"] == 1

@@ -371,7 +371,8 @@ def _layer_state(module, heads: int, device, compiling: bool, with_groups: bool 
     object that is no module); the groups are computed then, and with with_groups (calls with gradients: the graph
     must reach the parameters), before the values are checked, so that a scoring module that keeps its last values
     checks those instead of computing them again (every call of a training step: the optimizer moved them).  None
-    otherwise: the state holds them."""
+    otherwise: the state holds them.  A call with gradients whose values changed checks them and builds no state
+    (None): the optimizer step after it would make it stale before any call read it (~10 us a layer a step)."""
     scoring = state = None
     if not compiling:
         scoring = module._modules.get("scoring") if isinstance(module, torch.nn.Module) else None
@@ -384,7 +385,8 @@ def _layer_state(module, heads: int, device, compiling: bool, with_groups: bool 
     groups = _groups_of(scoring, heads, device) if with_groups or not keep else None
     if state is None and keep:
         _check_values(module, scoring)
-        state = scoring.__dict__["_ssa_layer_state"] = LayerState(heads, device, _snapshot(scoring))
+        if not with_groups:  # a call with gradients keeps none: the optimizer step after it would discard it
+            state = scoring.__dict__["_ssa_layer_state"] = LayerState(heads, device, _snapshot(scoring))
     return scoring, state, groups
 
 

@@ -18,7 +18,7 @@ logger = logging.getLogger("ssa_hf.train")
 FIXED_ON_RESUME = (
     "task", "seed", "model", "tokenizer", "data", "per_device_train_batch_size", "gradient_accumulation_steps",
     "global_batch_size", "learning_rate", "min_learning_rate", "lr_scheduler", "warmup_steps", "weight_decay",
-    "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "scoring_learning_rate", "scoring_warmup_steps",
+    "adam_beta1", "adam_beta2", "adam_epsilon", "adam_fused", "max_grad_norm", "scoring_learning_rate", "scoring_warmup_steps",
     "lora",
 )
 # ... except these, which change neither the training data, its order nor the model (validation, the cache's work

@@ -137,6 +137,7 @@ def build_training(config: PretrainConfig, tokenizer):
         lr=config.learning_rate,
         betas=(config.adam_beta1, config.adam_beta2),
         eps=config.adam_epsilon,
+        fused=config.adam_fused or None,
     )
     return model, optimizer, make_scheduler(optimizer, config)
 

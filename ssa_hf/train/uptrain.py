@@ -158,7 +158,10 @@ def prime_adam_state(optimizer) -> None:
         for parameter in group["params"]:
             if parameter in inner.state and inner.state[parameter]:
                 continue
-            state = {"step": torch.tensor(0.0, dtype=torch.get_default_dtype()),
+            # the step tensor AdamW itself would create: on the parameter's device in float32 for the fused kernel
+            step = (torch.zeros((), dtype=torch.float32, device=parameter.device)
+                    if group.get("fused") or group.get("capturable") else torch.tensor(0.0, dtype=torch.get_default_dtype()))
+            state = {"step": step,
                      "exp_avg": torch.zeros_like(parameter, memory_format=torch.preserve_format),
                      "exp_avg_sq": torch.zeros_like(parameter, memory_format=torch.preserve_format)}
             if group.get("amsgrad"):

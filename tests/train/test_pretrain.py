@@ -250,3 +250,22 @@ def test_a_resume_inside_a_logging_window_logs_the_whole_window(corpora, tmp_pat
     assert logged(whole).keys() == {4, 6}
     assert logged(resumed) == logged(whole)  # bit-identical: the float32 sums are saved exactly
 
+
+
+def test_adamw_runs_fused_unless_told_and_a_resume_cannot_switch_it(corpora, tmp_path, monkeypatch):
+    """adam_fused (default true) builds torch's fused AdamW, false its default update; the checkpoint's update is
+    the one a resume continues with, so switching it on resume is refused by name."""
+    made = []
+    real = torch.optim.AdamW
+
+    class Recording(real):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs.get("fused"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "AdamW", Recording)
+    pretrain(tiny_config("causal", corpora, tmp_path / "run", stop_after_steps=2))
+    with pytest.raises(ConfigError, match="adam_fused was True"):
+        pretrain(tiny_config("causal", corpora, tmp_path / "run", resume="latest", adam_fused=False))
+    loop = pretrain(tiny_config("causal", corpora, tmp_path / "loop", max_steps=2, adam_fused=False))
+    assert made == [True, None] and loop.steps == 2
