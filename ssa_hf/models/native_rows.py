@@ -59,6 +59,38 @@ inline __attribute__((always_inline)) Vec recip_ge1(Vec y) {
   return r * at::vec::fnmadd(y, r, Vec(2.0f));
 }
 
+#if !defined(CPU_CAPABILITY_AVX512)
+// log2(y) = lin + r2 q for finite y >= 1 (AVX2): y = 2^e m, m in [1, 2) (integer split); the top three mantissa
+// bits pick c = 1 + (i + 1/2)/8 from an 8-entry table held in one register (permutevar8x32 reads the low three bits
+// of each index): log2(m) = log2(c) + log2(1 + r), r = m/c - 1 in [-1/17, 1/17], log2(1 + r) = log2(e) (r + r^2 q0(r)),
+// q0 of degree 2 (a near-minimax ln of degree 4, abs. error 2e-8), q = log2(e) q0.  The table
+// holds 1/c rounded to float and -log2 of that float, so the product's rounding is the only error of r.  Against
+// the degree-9 series over [sqrt(1/2), sqrt(2)) it replaced, the forward pass went from 0.93x to 0.75-0.81x the
+// portable pass's time on an AVX2-only Zen 3 (bench_score_pass.py).  Tiny b|x| still sees y's rounding here, as
+// on the portable pass.  Left as its parts: the AVX2 pass is bound by the length of its dependent chain, not its
+// ports, so callers fold n and the offset in beside r2 q, not after it.
+struct Log2Split {
+  Vec lin, r2, q;
+};
+inline __attribute__((always_inline)) Log2Split vlog2_split(Vec y) {
+  const __m256i bits = _mm256_castps_si256(y);
+  const __m256i idx = _mm256_srli_epi32(bits, 20);
+  const Vec inv_c(_mm256_permutevar8x32_ps(_mm256_setr_ps(
+      0.941176474f, 0.842105269f, 0.761904776f, 0.695652187f, 0.639999986f, 0.592592597f, 0.551724136f,
+      0.516129017f), idx));
+  const Vec log2_c(_mm256_permutevar8x32_ps(_mm256_setr_ps(
+      0.0874628359f, 0.247927503f, 0.392317396f, 0.523561929f, 0.643856222f, 0.754887491f, 0.857981001f,
+      0.954196353f), idx));
+  const Vec m = float_of((VecI(bits) & VecI(0x007fffff)) | VecI(0x3f800000));
+  const Vec e = at::vec::convert_to_fp_of_same_size<float>((VecI(bits) >> VecI(23)) - VecI(127));
+  const Vec r = at::vec::fmsub(m, inv_c, Vec(1.0f));
+  Vec q(-0.250880222f * kLog2e);
+  q = at::vec::fmadd(q, r, Vec(0.333936024f * kLog2e));
+  q = at::vec::fmadd(q, r, Vec(-0.499998955f * kLog2e));
+  return {at::vec::fmadd(r, Vec(kLog2e), e + log2_c), r * r, q};
+}
+#endif
+
 // log2(y) for y = 1 + u, finite u >= 0 (absolute error < 1e-7, what P = 2^(g - offset) sees).  SMALL_U (AVX-512):
 // below y = 1 + 1/16 from u itself (log1p's accuracy for tiny b|x|), where the backward's sum(dg g) needs it: g is
 // then tiny, and y's rounding would be an absolute error of up to 6e-8 n in it, as on the portable and AVX2 passes.
@@ -92,54 +124,61 @@ inline __attribute__((always_inline)) Vec vlog2_1p(Vec u, Vec y) {
   p = at::vec::fmadd(p, r, Vec(1.442695f));
   return at::vec::fmadd(p, r, Vec(_mm512_add_ps(e, log2_c)));
 #else
-  // y = 2^e m, m in [1, 2) (integer split: y >= 1); the top three mantissa bits pick c = 1 + (i + 1/2)/8 from an
-  // 8-entry table held in one register (permutevar8x32 reads the low three bits of each index): log2(m) =
-  // log2(c) + log2(1 + r), r = m/c - 1 in [-1/17, 1/17], a degree-4 near-minimax polynomial (abs. error 2e-8 in
-  // ln).  The table holds 1/c rounded to float and -log2 of that float, so the product's rounding is the only error
-  // of r.  Against the degree-9 series over [sqrt(1/2), sqrt(2)) it replaces, the forward pass went from 0.93x to
-  // 0.75-0.81x the portable pass's time on an AVX2-only Zen 3 (bench_score_pass.py).  Tiny b|x| still sees y's
-  // rounding here, as on the portable pass.
+  const Log2Split parts = vlog2_split(y);
   (void)u;
-  const __m256i bits = _mm256_castps_si256(y);
-  const __m256i idx = _mm256_srli_epi32(bits, 20);
-  const Vec inv_c(_mm256_permutevar8x32_ps(_mm256_setr_ps(
-      0.941176474f, 0.842105269f, 0.761904776f, 0.695652187f, 0.639999986f, 0.592592597f, 0.551724136f,
-      0.516129017f), idx));
-  const Vec log2_c(_mm256_permutevar8x32_ps(_mm256_setr_ps(
-      0.0874628359f, 0.247927503f, 0.392317396f, 0.523561929f, 0.643856222f, 0.754887491f, 0.857981001f,
-      0.954196353f), idx));
-  const Vec m = float_of((VecI(bits) & VecI(0x007fffff)) | VecI(0x3f800000));
-  const Vec e = at::vec::convert_to_fp_of_same_size<float>((VecI(bits) >> VecI(23)) - VecI(127));
-  const Vec r = at::vec::fmsub(m, inv_c, Vec(1.0f));
-  Vec q(-0.250880222f);
-  q = at::vec::fmadd(q, r, Vec(0.333936024f));
-  q = at::vec::fmadd(q, r, Vec(-0.499998955f));
-  const Vec ln = at::vec::fmadd(r * r, q, r);
-  return at::vec::fmadd(ln, Vec(kLog2e), e + log2_c);
+  return at::vec::fmadd(parts.r2, parts.q, parts.lin);
 #endif
 }
 
-// 2^t for finite t <= ~0 (relative error ~1e-7): t = k + f, |f| <= 1/2, a degree-5 polynomial in f times 2^k
-inline __attribute__((always_inline)) Vec vexp2_le0(Vec t) {
+// 2^(t - lo) for finite t <= ~0 and |lo| <= ~1e-5, lo the low part of an offset held as two floats
+// (relative error ~1e-7): t - lo = k + f, |f| <= 1/2, a degree-5 polynomial in f times 2^k.  two_neg_lo = 2^-lo
+// rounded to float (AVX2: its 6e-8 relative rounding buys lo's subtraction off the dependent chain).
+inline __attribute__((always_inline)) Vec vexp2_le0(Vec t, Vec lo, Vec two_neg_lo) {
 #if defined(CPU_CAPABILITY_AVX512)
+  (void)two_neg_lo;
+  t = t - lo;
   const __m512 kf = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const Vec f(_mm512_sub_ps(t, kf));
-#else
-  const Vec big = t + Vec(12582912.0f);  // 1.5 * 2^23: the low mantissa bits hold round(t)
-  const Vec f = t - (big - Vec(12582912.0f));
-#endif
-  // near-minimax of degree 5 (relative error 9e-8): the passes are bound by their FMA ports
+  // near-minimax of degree 5 (relative error 9e-8), Horner: AVX-512 runs this pass bound by its FMA ports
   Vec q(0.00132646988f);
   q = at::vec::fmadd(q, f, Vec(0.00967150882f));
   q = at::vec::fmadd(q, f, Vec(0.0555073378f));
   q = at::vec::fmadd(q, f, Vec(0.240222421f));
   q = at::vec::fmadd(q, f, Vec(0.693146978f));
   const Vec r = at::vec::fmadd(f, q, Vec(1.0f));
-#if defined(CPU_CAPABILITY_AVX512)
   return Vec(_mm512_scalef_ps(r, kf));  // 2^k r, gradually to 0 below 2^-126 (no select)
 #else
-  const Vec sc = float_of((bits_of(big) << VecI(23)) + VecI(0x3f800000));
-  return (r * sc) & (t >= Vec(-126.0f));  // 0 below 2^-126, as exp2_le0
+  (void)lo;
+  const Vec kf(_mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  const Vec f = t - kf;
+  // the same polynomial as (1 + c1 f) + f^2 ((c2 + c3 f) + f^2 (c4 + c5 f)): one multiply more than Horner's five
+  // FMAs, a dependent chain of three after f instead of five (the AVX2 pass is bound by its chain's length)
+  const Vec f2 = f * f;
+  const Vec lo1 = at::vec::fmadd(f, Vec(0.693146978f), Vec(1.0f));
+  const Vec mid = at::vec::fmadd(f, Vec(0.0555073378f), Vec(0.240222421f));
+  const Vec hi = at::vec::fmadd(f, Vec(0.00132646988f), Vec(0.00967150882f));
+  const Vec r = at::vec::fmadd(f2, at::vec::fmadd(f2, hi, mid), lo1);
+  // 2^k 2^-lo, 0 below 2^-126 as exp2_le0: formed from k beside the polynomial
+  const Vec sc = float_of((VecI(_mm256_cvtps_epi32(kf)) << VecI(23)) + VecI(0x3f800000));
+  return r * ((sc * two_neg_lo) & (t >= Vec(-126.0f)));
+#endif
+}
+
+// n sgn(x) log2(y) - o2 for y = 1 + u (the exponent of P = 2^(g2 - o2)); the log2 to *lg if asked.  AVX2 folds
+// n and the offset into log2's linear part beside its r2 q term (one FMA off the dependent chain); the rounding
+// of that partial sum is that of the result's own size, as for the one FMA the AVX-512 path uses.
+template <bool SMALL_U>
+inline __attribute__((always_inline)) Vec vsigned_log2_minus(Vec signed_n, Vec u, Vec y, Vec neg_o2,
+                                                             Vec* lg = nullptr) {
+#if defined(CPU_CAPABILITY_AVX512)
+  const Vec l = vlog2_1p<SMALL_U>(u, y);
+  if (lg) *lg = l;
+  return at::vec::fmadd(signed_n, l, neg_o2);
+#else
+  (void)u;
+  const Log2Split parts = vlog2_split(y);
+  if (lg) *lg = at::vec::fmadd(parts.r2, parts.q, parts.lin);
+  return at::vec::fmadd(signed_n * parts.r2, parts.q, at::vec::fmadd(signed_n, parts.lin, neg_o2));
 #endif
 }
 
@@ -172,25 +211,38 @@ inline float vsum(Vec v) {
 // The forward's per-score pass on one vector of raw scores (the first `cnt` lanes real): P = 2^(g2 - offset).
 // x = scale v is never formed: b|x| = |v| (b |scale|), sgn(x) = sgn(v) xor sgn(scale), and the sign goes onto n
 // (its sign bit flipped, not set: a learned `raw` n may be negative),
-// so that n sgn(x) log2(1 + b|x|) - offset is one fused multiply-add (two multiplies fewer per vector: the pass is
-// bound by its multiply/FMA ports on AVX2).
+// so that n sgn(x) log2(1 + b|x|) - offset is one fused multiply-add (two multiplies fewer per vector).
 template <bool SSA, bool MASK>
 struct FwdLanes {
-  Vec bs, scale_sign, n, scale2, neg_o2, o2lo;  // b |scale|, the sign bit of scale, n, scale log2(e), -offset2
-  inline __attribute__((always_inline)) Vec operator()(Vec v, const uint8_t* mrow, int64_t cnt) const {
-    Vec t;
+  // b |scale|, the sign bit of scale, n, scale log2(e), -offset2 (high part), its low part and 2^-low
+  Vec bs, scale_sign, n, scale2, neg_o2, o2lo, two_neg_o2lo;
+  // the exponent t = g2 - offset2 (high part) of a raw score vector
+  inline __attribute__((always_inline)) Vec exponent(Vec v) const {
     if constexpr (SSA) {
       const Vec u = v.abs() * bs;
       const Vec signed_n = n ^ ((v & Vec(-0.0f)) ^ scale_sign);  // n sgn(x), n of either sign (learned raw)
-      t = at::vec::fmadd(signed_n, vlog2_1p<false>(u, u + Vec(1.0f)), neg_o2);
-    } else {
-      t = at::vec::fmadd(v, scale2, neg_o2);
+      return vsigned_log2_minus<false>(signed_n, u, u + Vec(1.0f), neg_o2);
     }
-    Vec e = vexp2_le0(t - o2lo);
+    return at::vec::fmadd(v, scale2, neg_o2);
+  }
+  // P from the exponent, 0 where the mask hides a key
+  inline __attribute__((always_inline)) Vec weight(Vec t, const uint8_t* mrow, int64_t cnt) const {
+    Vec e = vexp2_le0(t, o2lo, two_neg_o2lo);
     if constexpr (MASK) e = e & vvisible(mrow, cnt);
     return e;
   }
+  inline __attribute__((always_inline)) Vec operator()(Vec v, const uint8_t* mrow, int64_t cnt) const {
+    return weight(exponent(v), mrow, cnt);
+  }
 };
+
+// SSA: the row's exponents in one loop (written over the row), then their exp2, mask and sum in a second.  One
+// loop's chain of log2 -> exponent -> exp2 per vector is longer than the out-of-order window overlaps at the
+// loop's port-bound rate (unrolling it changed nothing on a Zen 3); each of two loops holds half of it, and the row
+// stays in L1 between them.  bench_score_pass.py on a Zen 4: 0.67 -> 0.51 ns/score built for AVX2, 0.40 -> 0.35
+// with AVX-512 (docs/PERFORMANCE.md).
+template <bool SSA>
+constexpr bool kExponentLoop = SSA;
 
 #if defined(CPU_CAPABILITY_AVX512)
 #define SSA_HF_FUSED_ROUNDING 1
@@ -225,21 +277,30 @@ inline float vfwd_row(float* __restrict row, const uint8_t* __restrict mrow, int
                       float scale, float b, float n, float off, at::BFloat16* h = nullptr, float* rsum = nullptr) {
   const float o2 = (float)((double)off * kLog2eD), o2lo = (float)((double)off * kLog2eD - o2);
   const FwdLanes<SSA, MASK> lanes{Vec(b * std::fabs(scale)), Vec(std::signbit(scale) ? -0.0f : 0.0f), Vec(n),
-                                  Vec(scale * kLog2e), Vec(-o2), Vec(o2lo)};
+                                  Vec(scale * kLog2e), Vec(-o2), Vec(o2lo), Vec(std::exp2(-o2lo))};
   Vec acc(0.0f), racc(0.0f);
   int64_t c = 0;
+  if constexpr (kExponentLoop<SSA>) {
+    for (; c + kW <= cend; c += kW) lanes.exponent(Vec::loadu(row + c)).store(row + c);
+    if (c < cend) lanes.exponent(Vec::loadu(row + c, cend - c)).store(row + c, cend - c);
+    c = 0;
+  }
+  const auto step = [&](Vec x, const uint8_t* m, int64_t cnt) __attribute__((always_inline)) {
+    if constexpr (kExponentLoop<SSA>) return lanes.weight(x, m, cnt);
+    else return lanes(x, m, cnt);
+  };
 #ifdef SSA_HF_FUSED_ROUNDING
   if constexpr (ROUND) {
     for (; c + 2 * kW <= cend; c += 2 * kW) {
-      const Vec e0 = lanes(Vec::loadu(row + c), MASK ? mrow + c : nullptr, kW);
-      const Vec e1 = lanes(Vec::loadu(row + c + kW), MASK ? mrow + c + kW : nullptr, kW);
+      const Vec e0 = step(Vec::loadu(row + c), MASK ? mrow + c : nullptr, kW);
+      const Vec e1 = step(Vec::loadu(row + c + kW), MASK ? mrow + c + kW : nullptr, kW);
       racc = round_store_bf16_pair(e0, e1, h + c, racc);
       if constexpr (EXACT) acc = acc + (e0 + e1);
     }
   }
 #endif
   for (; c + kW <= cend; c += kW) {
-    const Vec e = lanes(Vec::loadu(row + c), MASK ? mrow + c : nullptr, kW);
+    const Vec e = step(Vec::loadu(row + c), MASK ? mrow + c : nullptr, kW);
 #ifdef SSA_HF_FUSED_ROUNDING
     if constexpr (ROUND) racc = racc + round_store_bf16(e, h + c, kW);
     else
@@ -249,7 +310,7 @@ inline float vfwd_row(float* __restrict row, const uint8_t* __restrict mrow, int
   }
   if (c < cend) {  // the tail: masked load and store, lanes past it zeroed for the sum
     const int64_t cnt = cend - c;
-    const Vec e = Vec::set(Vec(0.0f), lanes(Vec::loadu(row + c, cnt), MASK ? mrow + c : nullptr, cnt), cnt);
+    const Vec e = Vec::set(Vec(0.0f), step(Vec::loadu(row + c, cnt), MASK ? mrow + c : nullptr, cnt), cnt);
 #ifdef SSA_HF_FUSED_ROUNDING
     if constexpr (ROUND) racc = racc + round_store_bf16(e, h + c, cnt);
     else
@@ -273,52 +334,97 @@ inline float vfwd_row(float* __restrict row, const uint8_t* __restrict mrow, int
 // (Only its log2 of tiny b|x| differs, vlog2_1p's SMALL_U: by up to 6e-8 n in g where |g| < 0.09 n.)
 template <bool SSA, bool MASK>
 struct BwdLanes {
-  Vec bs, scale_sign, n, neg_L2, L2lo, d, kk, scale2;  // b |scale|, scale's sign bit, n, -L2, L2's low part, ...
+  Vec bs, scale_sign, n, neg_L2, L2lo, two_neg_L2lo, d, kk, scale2;  // b |scale|, scale's sign bit, n, -L2, ...
+  // SSA's first loop: from raw scores v, the exponent t of P = 2^t (returned), n sgn(x) log2(1 + b|x|) and
+  // 1 / (1 + b|x|)
+  inline __attribute__((always_inline)) Vec exponent(Vec v, Vec* signed_lg, Vec* recip_y) const {
+    const Vec u = v.abs() * bs;
+    const Vec y = u + Vec(1.0f);
+    const Vec signed_n = n ^ ((v & Vec(-0.0f)) ^ scale_sign);  // n sgn(x), n of either sign (learned raw)
+    Vec lg;
+    const Vec t = vsigned_log2_minus<true>(signed_n, u, y, neg_L2, &lg);
+    *signed_lg = signed_n * lg;
+    *recip_y = recip_ge1(y);
+    return t;
+  }
+  // the second: P, dS = P (dP - delta) g'(x) scale and the terms of sum(dg g) from the first loop's values
+  inline __attribute__((always_inline)) void weights(Vec t, Vec signed_lg, Vec recip_y, Vec dp, const uint8_t* mrow,
+                                                     int64_t cnt, Vec* p_out, Vec* ds_out, Vec* dgg) const {
+    Vec p = vexp2_le0(t, L2lo, two_neg_L2lo);
+    if constexpr (MASK) p = p & vvisible(mrow, cnt);
+    const Vec dg = p * (dp - d);
+    *p_out = p;
+    *ds_out = dg * kk * recip_y;
+    *dgg = dg * signed_lg;
+  }
+  // softmax: one loop
   inline __attribute__((always_inline)) void operator()(Vec v, Vec dp, const uint8_t* mrow, int64_t cnt, Vec* p_out,
-                                                        Vec* ds_out, Vec* dgg) const {
-    if constexpr (SSA) {
-      const Vec u = v.abs() * bs;
-      const Vec y = u + Vec(1.0f);
-      const Vec lg = vlog2_1p(u, y);
-      const Vec signed_n = n ^ ((v & Vec(-0.0f)) ^ scale_sign);  // n sgn(x), n of either sign (learned raw)
-      Vec p = vexp2_le0(at::vec::fmadd(signed_n, lg, neg_L2) - L2lo);
-      if constexpr (MASK) p = p & vvisible(mrow, cnt);
-      const Vec dg = p * (dp - d);
-      *p_out = p;
-      *ds_out = dg * kk * recip_ge1(y);
-      *dgg = dg * (signed_n * lg);
-    } else {
-      Vec p = vexp2_le0(at::vec::fmadd(v, scale2, neg_L2) - L2lo);
-      if constexpr (MASK) p = p & vvisible(mrow, cnt);
-      *p_out = p;
-      *ds_out = p * (dp - d) * kk;
-    }
+                                                        Vec* ds_out) const {
+    Vec p = vexp2_le0(at::vec::fmadd(v, scale2, neg_L2), L2lo, two_neg_L2lo);
+    if constexpr (MASK) p = p & vvisible(mrow, cnt);
+    *p_out = p;
+    *ds_out = p * (dp - d) * kk;
   }
 };
 
+// SSA's backward runs two loops per chunk of a row, for the forward's kExponentLoop reason: the exponents (over the
+// row), signed logs and reciprocals (a chunk-sized scratch on the stack), then P, dS and the dg g terms from them
+// (bench_score_pass.py on a Zen 4: 0.89 -> 0.72 ns/score built for AVX2, 0.57-0.60 -> 0.51-0.54 with AVX-512)
 template <bool SSA, bool MASK>
 inline float vbwd_row(float* __restrict row, float* __restrict drow, const uint8_t* __restrict mrow,
                       int64_t cend, float scale, float b, float n, float L, float d) {
   const float L2 = (float)((double)L * kLog2eD), L2lo = (float)((double)L * kLog2eD - L2);
   const BwdLanes<SSA, MASK> lanes{Vec(b * std::fabs(scale)), Vec(std::signbit(scale) ? -0.0f : 0.0f), Vec(n),
-                                  Vec(-L2), Vec(L2lo), Vec(d), Vec(SSA ? n * b * scale : scale), Vec(scale * kLog2e)};
-  Vec acc(0.0f), p, ds, dgg(0.0f);
-  int64_t c = 0;
-  for (; c + kW <= cend; c += kW) {
-    lanes(Vec::loadu(row + c), Vec::loadu(drow + c), MASK ? mrow + c : nullptr, kW, &p, &ds, &dgg);
-    p.store(row + c);
-    ds.store(drow + c);
-    acc = acc + dgg;
+                                  Vec(-L2), Vec(L2lo), Vec(std::exp2(-L2lo)), Vec(d), Vec(SSA ? n * b * scale : scale),
+                                  Vec(scale * kLog2e)};
+  Vec p, ds;
+  if constexpr (!SSA) {
+    int64_t c = 0;
+    for (; c + kW <= cend; c += kW) {
+      lanes(Vec::loadu(row + c), Vec::loadu(drow + c), MASK ? mrow + c : nullptr, kW, &p, &ds);
+      p.store(row + c);
+      ds.store(drow + c);
+    }
+    if (c < cend) {
+      const int64_t cnt = cend - c;
+      lanes(Vec::loadu(row + c, cnt), Vec::loadu(drow + c, cnt), MASK ? mrow + c : nullptr, cnt, &p, &ds);
+      p.store(row + c, cnt);
+      ds.store(drow + c, cnt);
+    }
+    return 0.0f;
+  } else {
+    constexpr int64_t kChunk = 32 * kW;  // a multiple of the lanes: only a row's last chunk has a tail
+    alignas(64) float signed_lg[kChunk], recip_y[kChunk];
+    Vec acc(0.0f), dgg, sl, ry;
+    for (int64_t c0 = 0; c0 < cend; c0 += kChunk) {
+      const int64_t c1 = std::min(cend, c0 + kChunk);
+      int64_t c = c0;
+      for (; c < c1; c += kW) {  // the scratch has room for a whole last vector: its lanes past c1 go unread
+        const int64_t cnt = std::min(kW, c1 - c);
+        const Vec t = lanes.exponent(cnt == kW ? Vec::loadu(row + c) : Vec::loadu(row + c, cnt), &sl, &ry);
+        if (cnt == kW) t.store(row + c);
+        else t.store(row + c, cnt);
+        sl.store(signed_lg + (c - c0));
+        ry.store(recip_y + (c - c0));
+      }
+      for (c = c0; c + kW <= c1; c += kW) {
+        lanes.weights(Vec::loadu(row + c), Vec::loadu(signed_lg + (c - c0)), Vec::loadu(recip_y + (c - c0)),
+                      Vec::loadu(drow + c), MASK ? mrow + c : nullptr, kW, &p, &ds, &dgg);
+        p.store(row + c);
+        ds.store(drow + c);
+        acc = acc + dgg;
+      }
+      if (c < c1) {
+        const int64_t cnt = c1 - c;
+        lanes.weights(Vec::loadu(row + c, cnt), Vec::loadu(signed_lg + (c - c0)), Vec::loadu(recip_y + (c - c0)),
+                      Vec::loadu(drow + c, cnt), MASK ? mrow + c : nullptr, cnt, &p, &ds, &dgg);
+        p.store(row + c, cnt);
+        ds.store(drow + c, cnt);
+        acc = acc + Vec::set(Vec(0.0f), dgg, cnt);
+      }
+    }
+    return vsum(acc) * kLn2;
   }
-  if (c < cend) {
-    const int64_t cnt = cend - c;
-    lanes(Vec::loadu(row + c, cnt), Vec::loadu(drow + c, cnt), MASK ? mrow + c : nullptr, cnt, &p, &ds, &dgg);
-    p.store(row + c, cnt);
-    ds.store(drow + c, cnt);
-    acc = acc + Vec::set(Vec(0.0f), dgg, cnt);
-  }
-  if constexpr (!SSA) return 0.0f;
-  return vsum(acc) * kLn2;
 }
 #endif
 

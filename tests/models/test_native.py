@@ -282,8 +282,9 @@ def _score_pass_reference(s, scale, b, n, off, d, dp, ssa):
 @pytest.mark.parametrize("ssa", [True, False], ids=["ssa", "softmax"])
 @pytest.mark.parametrize("b, n, spread", [(0.8, 1.5, 8.0), (1e-4, 1.0, 3.0), (50.0, 1.0, 20.0), (3.0, 30.0, 2.0), (0.8, -1.5, 8.0)])
 def test_score_pass_accuracy(path, ssa, b, n, spread):
-    """The per-score transform alone, forward (P) and backward (P, dS, sum(dg g)), on rows of 1 to 77 scores (the
-    vector loop, its masked tail, rows shorter than a vector) against float64: relative error of P and of dS
+    """The per-score transform alone, forward (P) and backward (P, dS, sum(dg g)), on rows of 1 to 600 scores (the
+    vector loop, its masked tail, rows shorter than a vector, rows of several of the SSA backward's 32-vector chunks
+    with a tail) against float64: relative error of P and of dS
     (against the size of its terms) at most 1e-6 plus what float32 g itself carries (its rounding, ~6e-8 |g|,
     moves P by as much relative: rows spanning tens of nats cannot do better in float32)."""
     ops = native.load_kernels()
@@ -294,7 +295,7 @@ def test_score_pass_accuracy(path, ssa, b, n, spread):
     try:
         gen = torch.Generator().manual_seed(17)
         scale = 0.125
-        for cols in (1, 7, 16, 33, 77):
+        for cols in (1, 7, 16, 33, 77, 600):
             s = torch.randn(40, cols, generator=gen) * spread / scale
             dp = torch.randn(40, cols, generator=gen)
             x = s.double() * scale
