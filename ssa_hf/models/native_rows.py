@@ -158,11 +158,16 @@ inline __attribute__((always_inline)) Vec vexp2_le0(Vec t, Vec lo, Vec two_neg_l
   const Vec mid = at::vec::fmadd(f, Vec(0.0555073378f), Vec(0.240222421f));
   const Vec hi = at::vec::fmadd(f, Vec(0.00132646988f), Vec(0.00967150882f));
   const Vec r = at::vec::fmadd(f2, at::vec::fmadd(f2, hi, mid), lo1);
-  // 2^k 2^-lo, 0 below 2^-126 as exp2_le0: formed from k beside the polynomial
-  const Vec sc = float_of((VecI(_mm256_cvtps_epi32(kf)) << VecI(23)) + VecI(0x3f800000));
-  return r * ((sc * two_neg_lo) & (t >= Vec(-126.0f)));
+  // 2^k 2^-lo formed from k beside the polynomial; 0 below 2^-126 as exp2_le0 (the select after the product, so
+  // that the NaN polynomial of t = -inf gives 0 too)
+  const Vec sc = float_of((VecI(_mm256_cvtps_epi32(kf)) << VecI(23)) + VecI(0x3f800000)) * two_neg_lo;
+  return (r * sc) & (t >= Vec(-126.0f));
 #endif
 }
+
+// 2^-lo for the low part |lo| <= ~1e-5 of an offset held as two floats: 1 - lo ln2 (the next term, (lo ln2)^2 / 2,
+// is below 1e-10, past float's precision), not a libm exp2 per row (1% of a decoding call built for AVX2)
+inline float two_pow_neg_small(float lo) { return (float)(1.0 - (double)lo * 0.6931471805599453); }
 
 // n sgn(x) log2(y) - o2 for y = 1 + u (the exponent of P = 2^(g2 - o2)); the log2 to *lg if asked.  AVX2 folds
 // n and the offset into log2's linear part beside its r2 q term (one FMA off the dependent chain); the rounding
@@ -241,8 +246,6 @@ struct FwdLanes {
 // loop's port-bound rate (unrolling it changed nothing on a Zen 3); each of two loops holds half of it, and the row
 // stays in L1 between them.  bench_score_pass.py on a Zen 4: 0.67 -> 0.51 ns/score built for AVX2, 0.40 -> 0.35
 // with AVX-512 (docs/PERFORMANCE.md).
-template <bool SSA>
-constexpr bool kExponentLoop = SSA;
 
 #if defined(CPU_CAPABILITY_AVX512)
 #define SSA_HF_FUSED_ROUNDING 1
@@ -277,16 +280,16 @@ inline float vfwd_row(float* __restrict row, const uint8_t* __restrict mrow, int
                       float scale, float b, float n, float off, at::BFloat16* h = nullptr, float* rsum = nullptr) {
   const float o2 = (float)((double)off * kLog2eD), o2lo = (float)((double)off * kLog2eD - o2);
   const FwdLanes<SSA, MASK> lanes{Vec(b * std::fabs(scale)), Vec(std::signbit(scale) ? -0.0f : 0.0f), Vec(n),
-                                  Vec(scale * kLog2e), Vec(-o2), Vec(o2lo), Vec(std::exp2(-o2lo))};
+                                  Vec(scale * kLog2e), Vec(-o2), Vec(o2lo), Vec(two_pow_neg_small(o2lo))};
   Vec acc(0.0f), racc(0.0f);
   int64_t c = 0;
-  if constexpr (kExponentLoop<SSA>) {
+  if constexpr (SSA) {  // the exponent loop (above)
     for (; c + kW <= cend; c += kW) lanes.exponent(Vec::loadu(row + c)).store(row + c);
     if (c < cend) lanes.exponent(Vec::loadu(row + c, cend - c)).store(row + c, cend - c);
     c = 0;
   }
   const auto step = [&](Vec x, const uint8_t* m, int64_t cnt) __attribute__((always_inline)) {
-    if constexpr (kExponentLoop<SSA>) return lanes.weight(x, m, cnt);
+    if constexpr (SSA) return lanes.weight(x, m, cnt);
     else return lanes(x, m, cnt);
   };
 #ifdef SSA_HF_FUSED_ROUNDING
@@ -367,7 +370,7 @@ struct BwdLanes {
   }
 };
 
-// SSA's backward runs two loops per chunk of a row, for the forward's kExponentLoop reason: the exponents (over the
+// SSA's backward runs two loops per chunk of a row, for the forward's reason: the exponents (over the
 // row), signed logs and reciprocals (a chunk-sized scratch on the stack), then P, dS and the dg g terms from them
 // (bench_score_pass.py on a Zen 4: 0.89 -> 0.72 ns/score built for AVX2, 0.57-0.60 -> 0.51-0.54 with AVX-512)
 template <bool SSA, bool MASK>
@@ -375,7 +378,7 @@ inline float vbwd_row(float* __restrict row, float* __restrict drow, const uint8
                       int64_t cend, float scale, float b, float n, float L, float d) {
   const float L2 = (float)((double)L * kLog2eD), L2lo = (float)((double)L * kLog2eD - L2);
   const BwdLanes<SSA, MASK> lanes{Vec(b * std::fabs(scale)), Vec(std::signbit(scale) ? -0.0f : 0.0f), Vec(n),
-                                  Vec(-L2), Vec(L2lo), Vec(std::exp2(-L2lo)), Vec(d), Vec(SSA ? n * b * scale : scale),
+                                  Vec(-L2), Vec(L2lo), Vec(two_pow_neg_small(L2lo)), Vec(d), Vec(SSA ? n * b * scale : scale),
                                   Vec(scale * kLog2e)};
   Vec p, ds;
   if constexpr (!SSA) {
