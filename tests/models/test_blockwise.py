@@ -513,15 +513,11 @@ def test_bf16_ukernel_follows_torchs_onednn_switch(kernel):
         ops.set_bf16_brgemm(-1)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("D", [5, 40, 72])
-def test_decoding_rows_every_head_dim(D, dtype):
-    """The decoding steps' few-row products (one or two query rows per work item: MHA and 2 query heads per kv
-    head) at head dims that leave vector tails (5: tail only; 40 and 72: blocks of four vectors and a tail on 8 or
-    16 lanes), over two key tiles (the partial output carried from one to the next), against the float64
-    oracle on the same rounded inputs."""
-    for H, Hkv in ((3, 3), (4, 2)):
-        q, k, v, b, n = _inputs(2, H, Hkv, 1, 300, D, seed=D + H, big=1.5)
+def check_decoding_rows(D, dtype, kv_length=300):
+    """One query row per head against `kv_length` keys, 1 to 4 query heads per key/value head (rows per work item),
+    against the float64 oracle on the same rounded inputs."""
+    for H, Hkv in ((3, 3), (4, 2), (6, 2), (8, 2)):
+        q, k, v, b, n = _inputs(2, H, Hkv, 1, kv_length, D, seed=D + H, big=1.5)
         q, k, v = (t.to(dtype) for t in (q, k, v))
         with torch.no_grad():
             out = blockwise_attention(q, k, v, b, n)
@@ -529,6 +525,16 @@ def test_decoding_rows_every_head_dim(D, dtype):
         ref = reference_attention(q.double(), k.double(), v.double(), b.double(), n.double())
         tol = 2e-5 if dtype == torch.float32 else 1e-2
         torch.testing.assert_close(out.double(), ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("D", [5, 32, 40, 72])
+def test_decoding_rows_every_head_dim(D, dtype):
+    """The decoding steps' few-row products (1 to 4 query rows per work item: MHA and 2, 3, 4 query heads per kv
+    head) at head dims that leave vector tails (5: tail only; 40 and 72: blocks of four vectors and a tail on 8 or
+    16 lanes) and none (32), keys in groups of eight and a tail of four (300), over two key tiles (the partial output
+    carried from one to the next)."""
+    check_decoding_rows(D, dtype)
 
 
 def test_python_float_params_and_no_bn_grad():

@@ -421,8 +421,8 @@ def test_folder_above_of_another_user_or_a_link_of_another_user_is_refused(tmp_p
 @pytest.mark.slow
 def test_avx2_build_matches_the_oracle(monkeypatch):
     """The 8-lane (AVX2) passes, built on this machine with the AVX2 flags (a second build, ~1 CPU-minute: slow):
-    the per-score pass and whole calls (GQA, padding mask, causal; softmax; head dims 4 to 16; bf16) against
-    float64."""
+    the per-score pass and whole calls (GQA, padding mask, causal; softmax; head dims 4 to 16; decoding rows; bf16)
+    against float64."""
     if not {"avx2", "fma", "f16c"} <= _cpu_flags():
         pytest.skip("no AVX2 on this CPU")
     flags = native.native_flags({"avx2", "fma", "f16c"}, isa="avx2")  # what SSA_HF_KERNEL_ISA=avx2 builds
@@ -447,7 +447,7 @@ def test_avx2_build_matches_the_oracle(monkeypatch):
             tol = 1e-6 + 1.2e-7 * (g.abs() + abs(off))
             assert ((got.double() - p_ref).abs() / p_ref / tol)[live].max() < 1
             assert ((dgot.double() - ds_ref).abs() / ds_size / tol)[live].max() < 1
-        from .test_blockwise import _check, _inputs, _padding_mask
+        from .test_blockwise import _check, _inputs, _padding_mask, check_decoding_rows
 
         q, k, v, b, n = _inputs(3, 4, 2, 45, 45, 20, seed=3)
         mask = _padding_mask(3, 45, 45, seed=3)
@@ -457,6 +457,8 @@ def test_avx2_build_matches_the_oracle(monkeypatch):
             qs, ks, _, bs, ns = _inputs(2, 4, 2, 45, 45, D, seed=50 + D, big=2.0)
             vs = torch.randn(2, 2, 45, Dv, generator=torch.Generator().manual_seed(Dv))
             _check(qs, ks, vs, bs, ns, attn_mask=mask[:2], is_causal=False, block_size=(16, 24))
+        for D, dtype in ((5, torch.float32), (32, torch.float32), (40, torch.bfloat16)):  # decoding rows, 8 lanes
+            check_decoding_rows(D, dtype, kv_length=100)
         out = blockwise_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), b, n, is_causal=True)
         ref = blockwise_attention(q.bfloat16().float(), k.bfloat16().float(), v.bfloat16().float(), b, n,
                                   is_causal=True)  # the same rounded inputs in float32: only out's rounding differs
