@@ -48,6 +48,7 @@ import warnings
 
 import torch
 
+from .native_decode import DECODE_SOURCE
 from .native_kernels import KERNEL_SOURCE
 from .native_math import MATH_SOURCE
 from .native_ops import OPS_SOURCE
@@ -56,7 +57,7 @@ from .native_tiles import TILES_SOURCE
 
 __all__ = ["load_kernels", "native_enabled", "set_native_enabled", "cache_root", "load_library", "NATIVE_SOURCE"]
 
-NATIVE_SOURCE = MATH_SOURCE + ROWS_SOURCE + TILES_SOURCE + KERNEL_SOURCE + OPS_SOURCE
+NATIVE_SOURCE = MATH_SOURCE + ROWS_SOURCE + DECODE_SOURCE + TILES_SOURCE + KERNEL_SOURCE + OPS_SOURCE
 
 # -fno-trapping-math lets the compiler if-convert the selects in the tile loops and vectorise them (8x faster
 # here); results are the same, only floating-point exception flags may differ

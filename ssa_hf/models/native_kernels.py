@@ -1,7 +1,8 @@
-"""C++ source of the fused CPU kernel, part 4 of 5: the forward and backward kernels over (batch, key/value head,
-block) work items (part 4 closes the anonymous namespace part 1 opens).  native_math.py is part 1, native_rows.py
-part 2 (the vectorised per-score passes), native_tiles.py part 3 (the small-head-dim and bf16 ukernel tile
-products), native_ops.py part 5 (the entry points and the Python bindings); native.py joins and builds them.  Part of the remote-code unit (a string, no imports)."""
+"""C++ source of the fused CPU kernel, part 5 of 6: the forward and backward kernels over (batch, key/value head,
+block) work items (part 5 closes the anonymous namespace part 1 opens).  native_math.py is part 1, native_rows.py
+part 2 (the vectorised per-score passes), native_decode.py part 3 (the decoding steps' few-row products),
+native_tiles.py part 4 (the small-head-dim and bf16 ukernel tile products), native_ops.py part 6 (the entry points
+and the Python bindings); native.py joins and builds them.  Part of the remote-code unit (a string, no imports)."""
 
 KERNEL_SOURCE = r"""
 // Products of bf16 tiles through the ukernel need even head dims (VNNI pairs along D read q, k rows as they are);

@@ -1,9 +1,9 @@
-"""C++ source of the fused CPU kernel, part 1 of 5: BLAS tile products, the scalar log/exp and SSA's g(s), the
+"""C++ source of the fused CPU kernel, part 1 of 6: BLAS tile products, the scalar log/exp and SSA's g(s), the
 portable per-row passes of forward and backward, the parallel driver.  Part 2
-(native_rows.py) holds the vectorised per-row passes, part 3 (native_tiles.py) the decoding steps', small head dims'
-and bf16 ukernel products, part 4 (native_kernels.py) the forward and backward kernels, part 5 (native_ops.py) their
-entry points and Python bindings; native.py joins the five (part 1 opens the anonymous namespace that part 4 closes)
-and builds them.  Part of the remote-code unit (a string, no imports)."""
+(native_rows.py) holds the vectorised per-row passes, part 3 (native_decode.py) the decoding steps' few-row
+products, part 4 (native_tiles.py) the small head dims' and bf16 ukernel products, part 5 (native_kernels.py) the
+forward and backward kernels, part 6 (native_ops.py) their entry points and Python bindings; native.py joins the six
+(part 1 opens the anonymous namespace that part 5 closes) and builds them.  Part of the remote-code unit (a string, no imports)."""
 
 MATH_SOURCE = r"""
 // SSA / softmax attention for CPU: one parallel region per call (torch's intra-op pool), tile products

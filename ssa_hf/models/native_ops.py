@@ -1,6 +1,6 @@
-"""C++ source of the fused CPU kernel, part 5 of 5: the entry points (forward, backward and the helpers the tests
+"""C++ source of the fused CPU kernel, part 6 of 6: the entry points (forward, backward and the helpers the tests
 and benchmarks call) and their Python bindings.  See native_math.py (part 1), native_rows.py (part 2),
-native_tiles.py (part 3), native_kernels.py (part 4) and native.py (the build).  Part of the remote-code unit (a string, no imports)."""
+native_decode.py (part 3), native_tiles.py (part 4), native_kernels.py (part 5) and native.py (the build).  Part of the remote-code unit (a string, no imports)."""
 
 OPS_SOURCE = r"""
 // The kernels' view of a call's tensors (checked here; the entry points below made them contiguous)

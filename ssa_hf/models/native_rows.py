@@ -1,4 +1,4 @@
-"""C++ source of the fused CPU kernel, part 2 of 5: the vectorised per-score passes of forward and backward
+"""C++ source of the fused CPU kernel, part 2 of 6: the vectorised per-score passes of forward and backward
 (at::vec::Vectorized<float>, 16 lanes on AVX-512, 8 on AVX2), the choice between them and part 1's portable
 passes, P's rounding to bf16, and the forward's per-item row bounds (the fixed offsets of its pass).  See native_math.py (part 1) for the rest of the layout; native.py joins the parts and builds them.  Part of
 the remote-code unit (a string, no imports)."""

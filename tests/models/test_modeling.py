@@ -161,7 +161,7 @@ def test_remote_code_loads_without_ssa_hf(tmp_path):
         model.save_pretrained(folder)
         # the CPU kernels travel with the weights: blockwise.py and the C source it compiles (native.py), and
         # linear attention's linear.py
-        sources = ("blockwise.py", "native.py", "native_math.py", "native_rows.py", "native_tiles.py", "native_kernels.py", "native_ops.py",
+        sources = ("blockwise.py", "native.py", "native_math.py", "native_rows.py", "native_decode.py", "native_tiles.py", "native_kernels.py", "native_ops.py",
                    "linear.py")
         assert all((folder / name).is_file() for name in sources)
         tiny_tokenizer(masked=not is_causal(family)).save_pretrained(folder)
