@@ -236,9 +236,6 @@ struct FwdLanes {
     if constexpr (MASK) e = e & vvisible(mrow, cnt);
     return e;
   }
-  inline __attribute__((always_inline)) Vec operator()(Vec v, const uint8_t* mrow, int64_t cnt) const {
-    return weight(exponent(v), mrow, cnt);
-  }
 };
 
 // SSA: the row's exponents in one loop (written over the row), then their exp2, mask and sum in a second.  One
@@ -288,9 +285,9 @@ inline float vfwd_row(float* __restrict row, const uint8_t* __restrict mrow, int
     if (c < cend) lanes.exponent(Vec::loadu(row + c, cend - c)).store(row + c, cend - c);
     c = 0;
   }
+  // P from what the row holds: SSA's exponents (the loop above), softmax's raw scores
   const auto step = [&](Vec x, const uint8_t* m, int64_t cnt) __attribute__((always_inline)) {
-    if constexpr (SSA) return lanes.weight(x, m, cnt);
-    else return lanes(x, m, cnt);
+    return lanes.weight(SSA ? x : lanes.exponent(x), m, cnt);
   };
 #ifdef SSA_HF_FUSED_ROUNDING
   if constexpr (ROUND) {
@@ -404,9 +401,7 @@ inline float vbwd_row(float* __restrict row, float* __restrict drow, const uint8
       int64_t c = c0;
       for (; c < c1; c += kW) {  // the scratch has room for a whole last vector: its lanes past c1 go unread
         const int64_t cnt = std::min(kW, c1 - c);
-        const Vec t = lanes.exponent(cnt == kW ? Vec::loadu(row + c) : Vec::loadu(row + c, cnt), &sl, &ry);
-        if (cnt == kW) t.store(row + c);
-        else t.store(row + c, cnt);
+        lanes.exponent(Vec::loadu(row + c, cnt), &sl, &ry).store(row + c, cnt);  // at::vec: full vectors unmasked
         sl.store(signed_lg + (c - c0));
         ry.store(recip_y + (c - c0));
       }
