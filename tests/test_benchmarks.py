@@ -155,7 +155,14 @@ def test_bench_targets_every_group_end_to_end(tmp_path):
         # bf16 input converted to bf16 is the same tensor), which made every gradient ratio read ~0
         ratios = dict(part.split() for part in row["note"].split(";")[0].split(", "))
         assert sorted(ratios) == ["dk", "dq", "dv", "out"] and all(float(x) > 0.1 for x in ratios.values()), row
-    assert len(list((tmp_path / "children").glob("*.json"))) == 5  # one JSON per benchmark child
+    children = sorted((tmp_path / "children").glob("*.json"))
+    assert len(children) == 6  # one JSON per benchmark child
+    # training: float32 weights, then float32 weights under bf16 autocast (a child of its own)
+    training = [r["target"] for r in rows if r["group"] == "training"]
+    assert training == ["tiny_llama float32 L=32: SSA / stock (SDPA) tokens/s",
+                        "tiny_llama bf16-autocast L=32: SSA / stock (SDPA) tokens/s"]
+    autocast = [json.loads(c.read_text())["machine"].get("autocast") for c in children]
+    assert autocast.count(True) == 1, autocast
 
 
 def test_bench_targets_accuracy_oracle_gets_the_gradient_a_half_precision_backward_receives():

@@ -451,9 +451,22 @@ def _check_mask(attn_mask, full_shape) -> None:
                          f"broadcastable to {tuple(full_shape)}")
 
 
+def _autocast_inputs(query, key, value):
+    """query, key and value as autocast gives them to SDPA, which is on its lower-precision list: each floating
+    tensor but float64 in the autocast dtype (bf16 mixed precision then runs the bf16 kernel, not float32 with
+    linear layers' bf16 values read beside it)."""
+    dtype = torch.get_autocast_dtype(query.device.type)
+    return tuple(x.to(dtype) if x.is_floating_point() and x.dtype != torch.float64 else x
+                 for x in (query, key, value))
+
+
 def run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q=BLOCK_Q, block_k=BLOCK_K):
     """The kernel on checked inputs (`blockwise_attention`'s or `scored_attention`'s checks): b and n None for
-    softmax, else a number or [H] (or one-value) tensors; mask None or bool, broadcastable to [B, H, Lq, Lk]."""
+    softmax, else a number or [H] (or one-value) tensors; mask None or bool, broadcastable to [B, H, Lq, Lk].
+    Under autocast the inputs are cast as autocast casts SDPA's (the torch path then still computes in float64,
+    which autocast does not touch)."""
+    if torch.is_autocast_enabled(query.device.type):
+        query, key, value = _autocast_inputs(query, key, value)
     H = query.shape[1]
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     dtype = _compute_dtype(query.dtype)
@@ -504,7 +517,8 @@ def inference_runner(b, n, block_q=BLOCK_Q, block_k=BLOCK_K):
     def run(query, key, value, mask, is_causal, scale):
         if (mask is None and type(query) is Tensor and query.is_cpu and not torch.compiler.is_compiling()
                 and not (torch.is_grad_enabled() and (grads or query.requires_grad or key.requires_grad
-                                                      or value.requires_grad))):
+                                                      or value.requires_grad))
+                and not torch.is_autocast_enabled("cpu")):  # run_blockwise casts as autocast would
             H = query.shape[1]
             hb, hn = prepared.get(H) or head_params(H, query)
             s = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)

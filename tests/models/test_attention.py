@@ -305,3 +305,28 @@ def test_a_model_made_under_inference_mode_runs_and_still_refuses_a_nan_b():
         with pytest.raises(ValueError, match=r"layer 0 .*scoring\.b: not finite"):
             model(ids)
     assert out.shape == (1, 9)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_bf16_autocast_runs_the_kernel_in_bf16_in_training_and_decoding(family, monkeypatch):
+    """Mixed precision (float32 weights under CPU bf16 autocast) gives the fused kernel bf16 q, k and v, as autocast
+    gives them to SDPA, in a training step and in every decoding step (whose bound runner would otherwise read
+    Llama's float32 RoPE outputs beside bf16 values and compute in float32)."""
+    from ssa_hf.models import blockwise as bw
+    from tests.models.tiny import build
+
+    seen = []
+    real = bw._kernel_forward
+    monkeypatch.setattr(bw, "_kernel_forward", lambda q, k, v, *rest: seen.append((q.dtype, k.dtype, v.dtype))
+                        or real(q, k, v, *rest))
+    model = build(family, "ssa", seed=3).train()
+    ids = torch.randint(4, model.config.vocab_size, (2, 12))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    assert torch.isfinite(loss) and len(seen) == model.config.num_hidden_layers
+    training = len(seen)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model.eval().generate(ids[:1], max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert out.shape[1] == 16 and len(seen) == training + 4 * model.config.num_hidden_layers
+    assert set(seen) == {(torch.bfloat16,) * 3}, seen

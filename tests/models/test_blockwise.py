@@ -734,6 +734,35 @@ def test_empty_sequences():
     assert torch.all(q.grad == 0)
 
 
+@pytest.mark.parametrize("value_dtype", [torch.float32, torch.bfloat16], ids=["fp32-values", "bf16-values"])
+def test_bf16_autocast_runs_the_bf16_kernel(value_dtype):
+    """Under CPU bf16 autocast the kernel gets q, k, v as autocast gives them to SDPA (bf16: a model's linear
+    layers return bf16, RoPE promotes q and k back to float32) and returns bf16: the values and gradients of the
+    call on bf16 inputs outside autocast. float64 is left alone, as autocast leaves it."""
+    q, k, v, b, n = _inputs(1, 4, 2, 24, 24, 16, seed=11)
+    v = v.to(value_dtype)
+    dout = torch.randn(1, 4, 24, 16, generator=torch.Generator().manual_seed(12)).bfloat16()
+
+    def run(inputs, autocast):
+        leaves = [x.clone().requires_grad_(True) for x in (*inputs, b, n)]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = blockwise_attention(*leaves, is_causal=True)
+        out.backward(dout.to(out.dtype))
+        return out, [x.grad for x in leaves]
+
+    out, grads = run((q, k, v), autocast=True)
+    ref, ref_grads = run((q.bfloat16(), k.bfloat16(), v.bfloat16()), autocast=False)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, ref)
+    for got, want, leaf in zip(grads, ref_grads, (q, k, v, b, n)):
+        assert got.dtype == leaf.dtype and torch.equal(got, want.to(leaf.dtype))
+    # float64 stays float64: the same result as without autocast
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out64 = blockwise_attention(q.double(), k.double(), v.double(), b.double(), n.double(), is_causal=True)
+    assert out64.dtype == torch.float64
+    assert torch.equal(out64, blockwise_attention(q.double(), k.double(), v.double(), b.double(), n.double(),
+                                                  is_causal=True))
+
+
 def test_no_grad_calls_skip_the_op_and_give_its_result():
     """Eager calls without gradients run the op's implementation directly (no custom-op dispatch); the result is
     the op's, and fake tensors (no-grad too) still go through the op and its fake kernel."""

@@ -145,3 +145,24 @@ def test_functional_scored_attention_compiles_fullgraph(as_tensors):
         want = torch.autograd.grad(attend(q, k, v, b, n).sum(), (b, n))
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w)
+
+
+def test_bf16_autocast_compiles_to_the_bf16_kernel():
+    """Under bf16 autocast a compiled call casts q, k and v as the eager call does (the op then runs in bf16), with
+    the eager result and gradients."""
+    from ssa_hf.models.blockwise import blockwise_attention
+
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 4, 16, 8, generator=gen, requires_grad=True) for _ in range(3))
+    b = torch.full((4,), 0.6, requires_grad=True)
+
+    def attend(q, k, v, b):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return blockwise_attention(q, k, v, b, 1.5, is_causal=True)
+
+    got = torch.compile(attend, backend="aot_eager", fullgraph=True)(q, k, v, b)
+    want = attend(q, k, v, b)
+    assert got.dtype == want.dtype == torch.bfloat16 and torch.equal(got, want)
+    grads = torch.autograd.grad(got.float().sum(), (q, k, v, b))
+    for g, w in zip(grads, torch.autograd.grad(want.float().sum(), (q, k, v, b))):
+        torch.testing.assert_close(g, w)
