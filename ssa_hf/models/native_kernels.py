@@ -21,8 +21,11 @@ inline bool bf16_ukernel(const Problem& P) {
 
 // float32 tile products through the ukernel (f32_brgemm) at every head dim: at 1 x 4 x 1024 it measured 0.87-1.01x
 // the small-head-dim loops' time at D = 4, 0.83-0.92x at D = 8, 0.30-0.42x sgemm's at D = 5 (those loops and
-// sgemm run where the ukernel does not)
-inline bool f32_ukernel(const Problem& P) { return P.dtype == at::kFloat && f32_brgemm(); }
+// sgemm run where the ukernel does not).  The same for bf16 and fp16 tiles converted to float32 (every reduced
+// dtype call the bf16 ukernel does not take).
+inline bool f32_ukernel(const Problem& P) {
+  return (P.dtype == at::kFloat || (P.dtype != at::kDouble && !bf16_ukernel(P))) && f32_brgemm();
+}
 
 // T: the element type of q, k, v and out: float; at::BFloat16 (tile products bf16 x bf16 -> fp32 through the
 // ukernel where bf16_brgemm(), else as at::Half); or at::Half (the item's query rows and each key tile converted
@@ -118,7 +121,12 @@ struct Forward {
           }
         } else {
           at::vec::convert(kb + j0 * P.D, w.kf.data(), C * P.D);
-          gemm(false, true, rows, C, P.D, 1.0f, w.qf.data(), P.D, w.kf.data(), P.D, 0.0f, S, P.bk);
+          if (ukf) {
+            transpose_f32(w.kf.data(), C, P.D, P.D, w.kTf.data(), P.bk);
+            gemm_f32_brgemm(rows, C, P.D, w.qf.data(), P.D, w.kTf.data(), P.bk, false, S, P.bk);
+          } else {
+            gemm(false, true, rows, C, P.D, 1.0f, w.qf.data(), P.D, w.kf.data(), P.D, 0.0f, S, P.bk);
+          }
         }
       } else if (ukf) {
         if constexpr (std::is_same_v<T, float>) {
@@ -185,8 +193,14 @@ struct Forward {
           gemm_vnni(rows, P.Dv, C, w.ph.data(), even(C), tiles.v, !first, w.acc.data(), P.Dv, P.Dv, tiles.v_keys);
         }
       } else if (ukf) {
-        if constexpr (std::is_same_v<T, float>)
-          gemm_f32_brgemm(rows, P.Dv, C, S, P.bk, vb + j0 * P.Dv, P.Dv, !first, w.acc.data(), P.Dv);
+        const float* vt;
+        if constexpr (kReduced) {
+          at::vec::convert(vb + j0 * P.Dv, w.vt.data(), C * P.Dv);
+          vt = w.vt.data();
+        } else {
+          vt = vb + j0 * P.Dv;
+        }
+        gemm_f32_brgemm(rows, P.Dv, C, S, P.bk, vt, P.Dv, !first, w.acc.data(), P.Dv);
       } else {
         const float* vt;
         if constexpr (kReduced) {
