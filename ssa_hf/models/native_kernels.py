@@ -192,15 +192,6 @@ struct Forward {
           // P's rows were rounded into ph by the row loop
           gemm_vnni(rows, P.Dv, C, w.ph.data(), even(C), tiles.v, !first, w.acc.data(), P.Dv, P.Dv, tiles.v_keys);
         }
-      } else if (ukf) {
-        const float* vt;
-        if constexpr (kReduced) {
-          at::vec::convert(vb + j0 * P.Dv, w.vt.data(), C * P.Dv);
-          vt = w.vt.data();
-        } else {
-          vt = vb + j0 * P.Dv;
-        }
-        gemm_f32_brgemm(rows, P.Dv, C, S, P.bk, vt, P.Dv, !first, w.acc.data(), P.Dv);
       } else {
         const float* vt;
         if constexpr (kReduced) {
@@ -209,12 +200,16 @@ struct Forward {
         } else {
           vt = vb + j0 * P.Dv;
         }
-        const float* vtt = nullptr;
-        if (small_nn_form(P.Dv) == 1) {
-          transpose_f32(vt, C, P.Dv, P.Dv, w.vtt.data(), P.bk);
-          vtt = w.vtt.data();
+        if (ukf) {
+          gemm_f32_brgemm(rows, P.Dv, C, S, P.bk, vt, P.Dv, !first, w.acc.data(), P.Dv);
+        } else {
+          const float* vtt = nullptr;
+          if (small_nn_form(P.Dv) == 1) {
+            transpose_f32(vt, C, P.Dv, P.Dv, w.vtt.data(), P.bk);
+            vtt = w.vtt.data();
+          }
+          product_nn(rows, C, P.Dv, S, P.bk, vt, vtt, P.bk, !first, w.acc.data(), P.Dv);
         }
-        product_nn(rows, C, P.Dv, S, P.bk, vt, vtt, P.bk, !first, w.acc.data(), P.Dv);
       }
       first = false;
     }
