@@ -113,28 +113,27 @@ struct Forward {
       PackedHead::Tiles tiles{};
       if (rows <= kFewRows) {
         few_rows_scores(w.q.data(), kb + j0 * P.D, rows, C, P.D, S, P.bk);
-      } else if constexpr (kReduced) {
-        if (uk) {
-          if constexpr (kBf16) {
-            tiles = w.packed.tiles(kb, vb, P.Lk, bhk, j0, C);
-            gemm_vnni(rows, C, P.D, w.q.data(), P.D, tiles.kT, false, S, P.bk, tiles.kT_cols);
-          }
-        } else {
+      } else if (uk) {
+        if constexpr (kBf16) {
+          tiles = w.packed.tiles(kb, vb, P.Lk, bhk, j0, C);
+          gemm_vnni(rows, C, P.D, w.q.data(), P.D, tiles.kT, false, S, P.bk, tiles.kT_cols);
+        }
+      } else {  // float32 products (bf16 and fp16 on the converted query rows and key tile)
+        const float *qf, *kf;
+        if constexpr (kReduced) {
           at::vec::convert(kb + j0 * P.D, w.kf.data(), C * P.D);
-          if (ukf) {
-            transpose_f32(w.kf.data(), C, P.D, P.D, w.kTf.data(), P.bk);
-            gemm_f32_brgemm(rows, C, P.D, w.qf.data(), P.D, w.kTf.data(), P.bk, false, S, P.bk);
-          } else {
-            gemm(false, true, rows, C, P.D, 1.0f, w.qf.data(), P.D, w.kf.data(), P.D, 0.0f, S, P.bk);
-          }
+          qf = w.qf.data();
+          kf = w.kf.data();
+        } else {
+          qf = w.q.data();
+          kf = kb + j0 * P.D;
         }
-      } else if (ukf) {
-        if constexpr (std::is_same_v<T, float>) {
-          transpose_f32(kb + j0 * P.D, C, P.D, P.D, w.kTf.data(), P.bk);
-          gemm_f32_brgemm(rows, C, P.D, w.q.data(), P.D, w.kTf.data(), P.bk, false, S, P.bk);
+        if (ukf) {
+          transpose_f32(kf, C, P.D, P.D, w.kTf.data(), P.bk);
+          gemm_f32_brgemm(rows, C, P.D, qf, P.D, w.kTf.data(), P.bk, false, S, P.bk);
+        } else {
+          gemm(false, true, rows, C, P.D, 1.0f, qf, P.D, kf, P.D, 0.0f, S, P.bk);
         }
-      } else {
-        gemm(false, true, rows, C, P.D, 1.0f, w.q.data(), P.D, kb + j0 * P.D, P.D, 0.0f, S, P.bk);
       }
       bool rescale = false;
       for (int64_t rr = 0; rr < rows; ++rr) {
