@@ -14,6 +14,11 @@ constexpr int64_t kUkernelMinDim = 16;
 // SDPA's.  The backward's dV += P^T dO takes P as bf16 hi + lo parts: rounded once, dV's error was 1.7x SDPA's.
 constexpr bool kSplitP = true;
 
+// The bf16 ukernel forward's rows per work item (block_q is an upper bound): at 128 rather than 256 the call
+// measured 0.93-1.02x the time at the main, 114M and GQA shapes and 0.2 MB less peak memory at B=4 H=8 L=2048
+// D=64 on a Zen 4 (docs/PERFORMANCE.md); the float32 and converted-tile forwards measured no gain (fp16 lost).
+constexpr int64_t kUkernelForwardRows = 128;
+
 inline bool bf16_ukernel(const Problem& P) {
   return P.dtype == at::kBFloat16 && P.D % 2 == 0 && P.Dv % 2 == 0 && std::min(P.D, P.Dv) >= kUkernelMinDim &&
          bf16_brgemm();

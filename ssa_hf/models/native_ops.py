@@ -81,6 +81,8 @@ std::vector<at::Tensor> ssa_fused_forward(const at::Tensor& q_in, const at::Tens
   // Short query blocks (decoding steps): the bound would read all of K once more for a handful of rows; run the
   // online maximum, which checks the scores it sees for inf/NaN instead.
   P.bounded = P.Lq * P.G >= 16;
+  // bf16 through the ukernel: at most kUkernelForwardRows rows an item (the score tile and bf16 P halve)
+  if (bf16_ukernel(P)) P.bq = std::min<int64_t>(P.bq, kUkernelForwardRows);
   P.bq = std::max<int64_t>(1, P.bq / P.G);  // block_q counts the rows of a work item, over its G query heads
   // a work item holds no more rows, nor a tile more keys, than there are: its scratch (zero-filled, rows x keys)
   // stays small for a decoding step (G rows), where a 256 x 256 one cost more than the step's tile products

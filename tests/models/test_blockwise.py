@@ -356,6 +356,28 @@ def test_bf16_ukernel_rows_never_read_values_past_their_keys(block_q, kernel):
     torch.testing.assert_close(spoiled[:, :, :block_q], clean[:, :, :block_q], atol=0, rtol=0)
 
 
+def test_bf16_ukernel_forward_takes_at_most_128_rows_an_item(kernel):
+    """The bf16 ukernel's forward runs work items of at most 128 query rows (block_q an upper bound): 256 then gives
+    128's output bit for bit.  The converted tiles' forward keeps 256, and there the two differ (a causal item's
+    bound, hence its rows' fixed offset, depends on the keys the item sees): the comparison can tell them apart."""
+    if kernel == "torch" or not _cpu_has_bf16_ukernel():
+        pytest.skip("the ukernel is the fused kernel's, on x86 CPUs with AVX-512 and torch's oneDNN")
+    ops = native.load_kernels()
+    # 4 x 4 heads x 512 / 256 = 32 work items: the kernel keeps 256 rows an item for up to 8 threads
+    q, k, v, b, n = _inputs(4, 4, 4, 512, 512, 32, seed=7, big=1.0, dtype=torch.bfloat16)
+    outs = {}
+    try:
+        for mode in (1, 0):
+            assert ops.set_bf16_brgemm(mode) == bool(mode)
+            with torch.no_grad():
+                outs[mode] = [blockwise_attention(q, k, v, b, n, is_causal=True, block_size=(rows, 64))
+                              for rows in (256, 128)]
+    finally:
+        ops.set_bf16_brgemm(-1)
+    torch.testing.assert_close(outs[1][0], outs[1][1], atol=0, rtol=0)
+    assert not torch.equal(outs[0][0], outs[0][1])
+
+
 @pytest.mark.parametrize("scoring", ["softmax", "ssa"])
 def test_bf16_ukernel_forward_error_within_sdpa_error(scoring, kernel):
     """The ukernel's forward rounds P to bf16 once and divides each row by the sum of its rounded weights: the output's
