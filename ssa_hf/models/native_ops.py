@@ -126,6 +126,7 @@ std::vector<at::Tensor> ssa_fused_backward(const at::Tensor& dout_in, const at::
   const at::Tensor lse = lse_in.to(at::kFloat).contiguous();
   const at::Tensor b = b_in.to(at::kFloat).contiguous(), n = n_in.to(at::kFloat).contiguous();
   Problem P = make_problem(q, k, v, b, n, mask, causal, scale, bq, bk);
+  if (causal) P.bq = std::min(P.bq, kCausalBackwardTile), P.bk = std::min(P.bk, kCausalBackwardTile);
   // out's residual from the forward (bf16; empty: delta from out alone)
   const bool has_res = res_in.numel() > 0;
   TORCH_CHECK(!has_res || (dt == at::kBFloat16 && res_in.scalar_type() == at::kChar && res_in.sizes() == out.sizes()),

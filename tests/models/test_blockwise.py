@@ -356,6 +356,26 @@ def test_bf16_ukernel_rows_never_read_values_past_their_keys(block_q, kernel):
     torch.testing.assert_close(spoiled[:, :, :block_q], clean[:, :, :block_q], atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_causal_backward_takes_at_most_128_by_128_tiles(dtype, kernel):
+    """The causal backward runs tiles of at most 128 query positions by 128 keys (block sizes are upper bounds):
+    256 x 256 then gives 128 x 128's gradients bit for bit.  Without a causal mask it keeps 256 x 256, and there the
+    gradients differ (at least n's, whose per-tile row sums run in another order): the comparison can tell the
+    tilings apart.  (The backward
+    op alone, on one forward's results: the forward's tiles are its own.)"""
+    if kernel == "torch":
+        pytest.skip("tiles are the fused kernel's")
+    q, k, v, b, n = _inputs(2, 4, 2, 300, 300, 32, seed=8, big=1.0, dtype=dtype)
+    dout = torch.randn(2, 4, 300, 32, generator=torch.Generator().manual_seed(9)).to(dtype)
+    scale = 32 ** -0.5
+    for is_causal in (True, False):
+        out, lse, res = bw.attention_forward(q, k, v, b, n, None, is_causal, scale, 256, 256)
+        grads = [bw.attention_backward(dout, q, k, v, out, lse, res, b, n, None, is_causal, scale, *tiles, True)
+                 for tiles in ((256, 256), (128, 128))]
+        same = [torch.equal(x, y) for x, y in zip(*grads)]
+        assert all(same) if is_causal else not all(same), (is_causal, same)
+
+
 def test_bf16_ukernel_forward_takes_at_most_128_rows_an_item(kernel):
     """The bf16 ukernel's forward runs work items of at most 128 query rows (block_q an upper bound): 256 then gives
     128's output bit for bit.  The converted tiles' forward keeps 256, and there the two differ (a causal item's
