@@ -39,22 +39,6 @@ inline void few_rows_values_portable(const float* S, int64_t lds, const T* v, in
 }
 
 #ifdef SSA_HF_VECTOR
-// count (<= kW) elements as float lanes, the rest 0
-template <typename T>
-inline __attribute__((always_inline)) Vec load_as_float(const T* p, int64_t count) {
-  if constexpr (std::is_same_v<T, float>) {
-    return Vec::loadu(p, count);
-  } else {
-    Vec out;
-    if (count == kW) {
-      at::vec::load_to_float<T>(p, out);
-      return out;
-    }
-    alignas(64) float tmp[kW] = {};
-    for (int64_t i = 0; i < count; ++i) tmp[i] = (float)p[i];
-    return Vec::loadu(tmp);
-  }
-}
 
 // The sums of a[0..7]'s lanes, in order, as one vector: a hadd tree over the eight accumulators (each folded to
 // 256 bits first on AVX-512), nine operations for eight keys where a reduction per key took three shuffles, three

@@ -51,7 +51,7 @@ struct Forward {
   const Problem& P;
   T* out;       // [B, H, Lq, Dv]
   float* lse;   // [B, H, Lq] or nullptr
-  int8_t* res;  // bf16 with lse: out's residual (bf16_residual), [B, H, Lq, Dv]; else nullptr
+  int8_t* res;  // bf16 with lse: out's residual (write_residual), [B, H, Lq, Dv]; else nullptr
   int64_t nqb;
   std::atomic<bool>* nonfinite;  // set when a q or k element (bounded rows) or a visible score is not finite
 
@@ -325,9 +325,7 @@ struct Backward {
     float kmax = 0.0f, qmax = 0.0f;
     bool ok = true;
     for (int64_t j = j0; j < j1; ++j) {
-      float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t d = 0; d < P.D; ++d) acc += (float)kb[j * P.D + d] * (float)kb[j * P.D + d];
+      const float acc = dot_f32(kb + j * P.D, kb + j * P.D, P.D);
       ok = ok && std::isfinite(acc);
       kmax = std::max(kmax, acc);
     }
@@ -337,9 +335,7 @@ struct Backward {
         const T* qq = P.q<T>() + (bh * P.Lq + i) * P.D;
         const T* o = out + (bh * P.Lq + i) * P.Dv;
         const T* dd = dout + (bh * P.Lq + i) * P.Dv;
-        float sq = 0.0f;
-#pragma omp simd reduction(+ : sq)
-        for (int64_t d = 0; d < P.D; ++d) sq += (float)qq[d] * (float)qq[d];
+        const float sq = dot_f32(qq, qq, P.D);
         const float acc = row_delta(o, res ? res + (bh * P.Lq + i) * P.Dv : nullptr, dd, P.Dv);
         ok = ok && std::isfinite(sq);
         qmax = std::max(qmax, sq);
@@ -553,22 +549,19 @@ struct Backward {
       const T* qq = P.q<T>() + bh * n;
       double acc = 0.0;
       if constexpr (kReduced) {
-        float* res = w.row.data();
+        float* sum = w.row.data();
         for (int64_t i = 0; i < P.Lq; ++i) {
-          if (chunks == 1) {
-            std::memcpy(res, dqc + g * n + i * P.D, sizeof(float) * P.D);
-          } else {
-            std::fill(res, res + P.D, 0.0f);
+          const float* res = dqc + g * n + i * P.D;  // one chunk: read in place (a copy's fresh stores stalled the
+          if (chunks > 1) {                           // vector loads of the dot product below)
+            std::fill(sum, sum + P.D, 0.0f);
             for (int64_t c = 0; c < chunks; ++c) {
               const float* part = dqp + (c * P.B * P.H + bh) * n + i * P.D;
 #pragma omp simd
-              for (int64_t x = 0; x < P.D; ++x) res[x] += part[x];
+              for (int64_t x = 0; x < P.D; ++x) sum[x] += part[x];
             }
+            res = sum;
           }
-          float rowdot = 0.0f;
-#pragma omp simd reduction(+ : rowdot)
-          for (int64_t x = 0; x < P.D; ++x) rowdot += (float)qq[i * P.D + x] * res[x];
-          acc += rowdot;
+          acc += dot_f32(qq + i * P.D, res, P.D);
           at::vec::convert(res, dq + bh * n + i * P.D, P.D);
         }
       } else {
@@ -584,10 +577,7 @@ struct Backward {
         }
         if (!qdq) continue;
         for (int64_t i = 0; i < P.Lq; ++i) {
-          float rowdot = 0.0f;
-#pragma omp simd reduction(+ : rowdot)
-          for (int64_t x = 0; x < P.D; ++x) rowdot += qq[i * P.D + x] * res[i * P.D + x];
-          acc += rowdot;
+          acc += dot_f32(qq + i * P.D, res + i * P.D, P.D);
         }
       }
       if (qdq) qdq[bh] = acc;

@@ -41,7 +41,7 @@ Problem make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 }
 
 // Forward: returns {out [B, H, Lq, Dv], lse [B, H, Lq], res} with need_lse, else {out}; {} when a query or key
-// element is not finite.  res: for bf16, out's residual (int8 [B, H, Lq, Dv], bf16_residual: what rounding out to
+// element is not finite.  res: for bf16, out's residual (int8 [B, H, Lq, Dv], write_residual: what rounding out to
 // bf16 dropped, which the backward's delta reads); else empty.
 // Rows whose |g| bound (Cauchy-Schwarz) is at most fixed_max use it as a fixed offset: one pass per tile, no
 // running maximum, no rescaling of the partial output (40 keeps exp(g - bound) >= exp(-80), a normal float32).

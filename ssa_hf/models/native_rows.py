@@ -41,6 +41,23 @@ using Vec = at::vec::Vectorized<float>;
 using VecI = at::vec::Vectorized<int32_t>;
 constexpr int64_t kW = Vec::size();
 
+// count (<= kW) elements as float lanes, the rest 0
+template <typename T>
+inline __attribute__((always_inline)) Vec load_as_float(const T* p, int64_t count) {
+  if constexpr (std::is_same_v<T, float>) {
+    return Vec::loadu(p, count);
+  } else {
+    Vec out;
+    if (count == kW) {
+      at::vec::load_to_float<T>(p, out);
+      return out;
+    }
+    // a masked load where the ISA has one, and the vector conversion (element by element, fp16 took longer than a
+    // head dim 8's dot product)
+    return std::get<0>(at::vec::convert_to_float<T>(at::vec::Vectorized<T>::loadu(p, count)));
+  }
+}
+
 // Where at::vec has no operation for a step (reinterpreting bits, the hardware reciprocal estimate, the
 // exponent/mantissa split, a register-table lookup, scaling by 2^k), one intrinsic per capability.
 #if defined(CPU_CAPABILITY_AVX512)
@@ -437,6 +454,26 @@ inline bool vector_path() {
 #endif
 }
 
+// sum of a[d] b[d] over d < n in fp32: the head dim's dot products (q and k norms, delta, q . dq).  Vector lanes
+// and one log-depth horizontal sum; under `#pragma omp simd reduction` GCC summed its 32-64 lane partials one by
+// one on every call, which at head dim 8 cost more than the products (a third of a bf16 backward's own time).
+template <typename A, typename B>
+inline float dot_f32(const A* a, const B* b, int64_t n) {
+#ifdef SSA_HF_VECTOR
+  if (vector_path()) {
+    Vec acc(0.0f);
+    for (int64_t d = 0; d < n; d += kW) {
+      const int64_t count = std::min<int64_t>(kW, n - d);
+      acc = at::vec::fmadd(load_as_float(a + d, count), load_as_float(b + d, count), acc);
+    }
+    return at::vec::vec_reduce_all<float>([](Vec x, Vec y) { return x + y; }, acc);
+  }
+#endif
+  float acc = 0.0f;
+  for (int64_t d = 0; d < n; ++d) acc += (float)a[d] * (float)b[d];
+  return acc;
+}
+
 // The lanes of the vectorised passes in this build (0: only the portable passes were built).
 inline int64_t vector_lanes() {
 #ifdef SSA_HF_VECTOR
@@ -501,9 +538,7 @@ struct KeyNorms {
     if ((int64_t)prefix_max.size() < kend) prefix_max.resize(kend);
     float run = count > 0 ? prefix_max[count - 1] : 0.0f;
     for (int64_t j = count; j < kend; ++j) {
-      float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t d = 0; d < D; ++d) acc += (float)k[j * D + d] * (float)k[j * D + d];
+      const float acc = dot_f32(k + j * D, k + j * D, D);
       run = std::isfinite(acc) && !std::isnan(run) ? std::max(run, acc) : std::numeric_limits<float>::quiet_NaN();
       prefix_max[j] = run;
     }
@@ -521,10 +556,7 @@ inline bool item_bounds(const Problem& P, const T* q, int64_t rows, int64_t R, f
   const float km = std::sqrt(kmax2) * std::fabs(P.scale);
   for (int64_t rr = 0; rr < rows; ++rr) {
     const T* qq = q + rr * P.D;
-    float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t d = 0; d < P.D; ++d) acc += (float)qq[d] * (float)qq[d];
-    const float x = std::sqrt(acc) * km;
+    const float x = std::sqrt(dot_f32(qq, qq, P.D)) * km;
     ok = ok && std::isfinite(x);
     m[rr] = P.b ? P.b[hk * P.G + rr / R] * x : x;
   }
