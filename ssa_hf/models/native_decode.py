@@ -39,7 +39,6 @@ inline void few_rows_values_portable(const float* S, int64_t lds, const T* v, in
 }
 
 #ifdef SSA_HF_VECTOR
-
 // The sums of a[0..7]'s lanes, in order, as one vector: a hadd tree over the eight accumulators (each folded to
 // 256 bits first on AVX-512), nine operations for eight keys where a reduction per key took three shuffles, three
 // adds and a scalar store

@@ -15,7 +15,7 @@ constexpr int64_t kUkernelMinDim = 16;
 constexpr bool kSplitP = true;
 
 // The bf16 ukernel forward's rows per work item (block_q is an upper bound): at 128 rather than 256 the call
-// measured 0.93-1.02x the time at the main, 114M and GQA shapes and 0.2 MB less peak memory at B=4 H=8 L=2048
+// measured 0.93-1.02x the time at the main, 114M and GQA shapes and 0.3 MB less peak memory at B=4 H=8 L=2048
 // D=64 on a Zen 4 (docs/PERFORMANCE.md); the float32 and converted-tile forwards measured no gain (fp16 lost).
 constexpr int64_t kUkernelForwardRows = 128;
 

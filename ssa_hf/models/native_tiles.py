@@ -168,7 +168,7 @@ inline int64_t vnni_words(int64_t K, int64_t N) { return even(K) / 2 * vnni_widt
 // ulp, as int8 (8 more bits of mantissa, one byte per element).  The ulp is read from the bf16 bits alone (exponent
 // field e: 2^(max(e, 8) - 134); below 2^-119 it is coarser than the true ulp), so the backward recovers it exactly.
 // Branch-free on the bits, so that the loops over a row below vectorise: scalar, with a division an element, writing
-// the residual took a quarter of a head-dim-8 forward's time.
+// the residual took a quarter of a head-dim-8 forward's own code (outside the tile products and the row passes).
 inline float float_of_bits(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
@@ -177,7 +177,7 @@ inline float float_of_bits(uint32_t u) {
 inline float bf16_ulp(uint16_t h) {
   return float_of_bits((std::max<uint32_t>((h >> 7) & 0xFFu, 8u) - 7u) << 23);
 }
-// the residuals of the row x * scale written to bf16 as o (NaN and inf differences: 127)
+// the residuals of the row x * scale written to bf16 as o (clamped to [-128, 127]; a NaN difference: 127)
 inline void write_residual(const float* x, float scale, const at::BFloat16* o, int64_t n, int8_t* res) {
 #pragma omp simd
   for (int64_t d = 0; d < n; ++d) {
