@@ -82,19 +82,8 @@ inline void vfew_rows_scores(const T* q, const T* k, int64_t rows, int64_t C, in
       _mm256_storeu_ps(S + r * lds + c, sum8(acc));
     }
   }
-  const auto add = [](Vec a, Vec b) { return a + b; };
-  for (; c < C; ++c) {
-    const T* kc = k + c * D;
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* qr = q + r * D;
-      Vec acc(0.0f);
-      for (int64_t d = 0; d < D; d += kW) {
-        const int64_t cnt = std::min<int64_t>(kW, D - d);
-        acc = at::vec::fmadd(load_as_float(qr + d, cnt), load_as_float(kc + d, cnt), acc);
-      }
-      S[r * lds + c] = at::vec::vec_reduce_all<float>(add, acc);
-    }
-  }
+  for (; c < C; ++c)  // the last keys one at a time
+    for (int64_t r = 0; r < rows; ++r) S[r * lds + c] = dot_f32(q + r * D, k + c * D, D);
 }
 
 // acc += P V over NV vectors of the output from column d (the last one `last` lanes wide) for R rows together:
