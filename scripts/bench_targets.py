@@ -114,13 +114,16 @@ class Row:
     command: str = ""
     verdict: str = ""
     note: str = ""              # what the value is made of (accuracy: each tensor's ratio)
+    floor: float | None = None  # accuracy: the value of the exactly rounded float64 result, the least any result in
+                                # the dtype can have (round to nearest gives each element its least error)
 
 
 def verdict(row: Row, judged: bool = True) -> str:
     """'met' / 'missed' from the median, with ', interval crosses the bound' where an end of the paired 95%
     interval is on the bound's other side and ', not resolved: interval spans more than 2x' where its ends are more
     than a factor 2 apart (beside busy processes a 2-thread step may wait for the scheduler: the verdict then says
-    little about the code); 'error' when nothing was measured; 'n/a' where the run's sizes are not the target's
+    little about the code), and ', unreachable in the dtype: ...' where even the exactly rounded result (row.floor)
+    misses the bound; 'error' when nothing was measured; 'n/a' where the run's sizes are not the target's
     (smoke)."""
     if row.error is not None or row.value is None:
         return "error"
@@ -133,8 +136,10 @@ def verdict(row: Row, judged: bool = True) -> str:
     ok = meets(row.value)
     crosses = any(meets(x) != ok for x in (row.low, row.high) if x is not None)
     wide = row.low is not None and row.high is not None and row.high > 2 * max(row.low, 0.0)
+    unreachable = row.floor is not None and not meets(row.floor)
     return (("met" if ok else "missed") + (", interval crosses the bound" if crosses else "")
-            + (", not resolved: interval spans more than 2x" if wide else ""))
+            + (", not resolved: interval spans more than 2x" if wide else "")
+            + (f", unreachable in the dtype: its exactly rounded result scores {row.floor:.2f}" if unreachable else ""))
 
 
 def attention_bound(dtype: str, mode: str, shape: str) -> float:
@@ -236,7 +241,9 @@ def accuracy_rows(p: Profile, threads: int) -> list[Row]:
     the largest ratio of max abs errors and one for the largest ratio of root-mean-square errors, each naming the
     tensor it comes from, and a third for the max abs errors relative to each tensor's largest float64 magnitude
     (SSA's gradients can be larger than softmax's, and so is the error of merely writing them in bf16, which the
-    issue's max abs ratio includes: its note gives the ratio the exactly rounded float64 results get).  (A max abs
+    issue's ratios include).  Each row's floor is the value the float64 result rounded to the dtype gets, over the
+    same SDPA errors: no result in the dtype scores less, and the verdict says so where that misses the bound; the
+    max abs row's note gives each tensor's own error over its rounding error (1.00: at the floor).  (A max abs
     error is one element's: near the start of a causal sequence, where rows see a few keys.  Every run gets fresh
     leaf tensors: a bf16 input converted to bf16 is the same tensor, whose .grad would sum both runs' gradients.)"""
     import torch
@@ -295,14 +302,20 @@ def accuracy_rows(p: Profile, threads: int) -> list[Row]:
                               for x, w, y, s in zip(got, want_ssa, base, want_softmax)]
                 rms_ratios = [(x - w).pow(2).mean().sqrt().item() / max((y - s).pow(2).mean().sqrt().item(), 1e-30)
                               for x, w, y, s in zip(got, want_ssa, base, want_softmax)]
-                # the same ratio for the float64 results rounded to the dtype: what any output in that dtype scores
-                floor_ratios = [_rounding_error(w, t) / max(_rounding_error(s, t), 1e-30)
-                                for w, s in zip(want_ssa, want_softmax)]
+                # the float64 results rounded to the dtype, over the same SDPA errors: the least any result scores
+                rounded_ssa = [w.to(t).double() - w for w in want_ssa]
+                sdpa_max = [(y - s).abs().max().item() for y, s in zip(base, want_softmax)]
+                sdpa_rms = [(y - s).pow(2).mean().sqrt().item() for y, s in zip(base, want_softmax)]
+                floor_max = [e.abs().max().item() / max(m, 1e-30) for e, m in zip(rounded_ssa, sdpa_max)]
+                floor_rms = [e.pow(2).mean().sqrt().item() / max(r, 1e-30) for e, r in zip(rounded_ssa, sdpa_rms)]
                 scales = [w.abs().max().item() / max(s.abs().max().item(), 1e-30) for w, s in zip(want_ssa, want_softmax)]
                 max_row.value, max_row.note = worst(max_ratios)
-                max_row.note += "; the exactly rounded float64 result: " + worst(floor_ratios)[1]
+                max_row.note += "; over its own rounding error: " + ", ".join(
+                    f"{name} {m / max(f, 1e-30):.2f}" for name, m, f in zip(names, max_ratios, floor_max))
                 rms_row.value, rms_row.note = worst(rms_ratios)
                 relative_row.value, relative_row.note = worst([m / s for m, s in zip(max_ratios, scales)])
+                max_row.floor, rms_row.floor = max(floor_max), max(floor_rms)
+                relative_row.floor = max(f / s for f, s in zip(floor_max, scales))
             except Exception as exc:  # reported in its rows; the other targets go on
                 max_row.error = rms_row.error = relative_row.error = f"{type(exc).__name__}: {exc}"[:300]
             rows += [max_row, rms_row, relative_row]
@@ -316,11 +329,6 @@ def upstream_gradient(shape, generator, dtype):
     import torch
 
     return torch.randn(*shape, generator=generator, dtype=torch.float64).to(dtype).double()
-
-
-def _rounding_error(reference, dtype) -> float:
-    """Max abs error of the float64 `reference` rounded to `dtype`: the least error any result in that dtype has."""
-    return (reference.to(dtype).double() - reference).abs().max().item()
 
 
 def decode_rows(run: Runner, p: Profile, load: int) -> list[Row]:

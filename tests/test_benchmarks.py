@@ -149,7 +149,11 @@ def test_bench_targets_every_group_end_to_end(tmp_path):
         assert row["error"] is None and row["value"] >= least and row["verdict"] == "n/a" and row["command"], row
     accuracy = [r for r in rows if r["group"] == "accuracy"]
     assert [r["value"] <= 1.5 for r in accuracy] == [True, True, True]  # max abs, rms, max abs / max |result|
-    assert "the exactly rounded float64 result: out" in accuracy[0]["note"]
+    # no result in the dtype has less error than the float64 result rounded to it (each element's least error):
+    # every row's floor is at most its value, and each tensor's error is at least its own rounding error
+    assert all(0 < r["floor"] <= r["value"] * (1 + 1e-12) for r in accuracy), accuracy
+    own = dict(part.split() for part in accuracy[0]["note"].split("; over its own rounding error: ")[1].split(", "))
+    assert sorted(own) == ["dk", "dq", "dv", "out"] and all(float(x) >= 0.995 for x in own.values()), own
     for row in accuracy:
         # every tensor's ratio is measured on its own leaves: SDPA's gradients once summed the kernel's as well (a
         # bf16 input converted to bf16 is the same tensor), which made every gradient ratio read ~0
@@ -209,3 +213,8 @@ def test_bench_targets_verdicts():
     assert verdict(row(1.0, True, error="timed out")) == "error"
     assert verdict(row(1.0, True)) == "error"
     assert verdict(row(1.0, True, value=3.0), judged=False) == "n/a"
+    # accuracy: where even the exactly rounded result misses the bound, the verdict says no result in the dtype meets it
+    assert verdict(row(1.5, True, value=1.79, floor=1.79)) == (
+        "missed, unreachable in the dtype: its exactly rounded result scores 1.79")
+    assert verdict(row(1.5, True, value=1.79, floor=1.2)) == "missed"
+    assert verdict(row(1.5, True, value=1.1, floor=0.9)) == "met"
