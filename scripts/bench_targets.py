@@ -298,20 +298,17 @@ def accuracy_rows(p: Profile, threads: int) -> list[Row]:
                 want_softmax = run(sdpa, rounded, torch.float64, dout)
                 got = run(ssa("blockwise", b, n), rounded, t, dout)
                 base = run(sdpa, rounded, t, dout)
-                max_ratios = [(x - w).abs().max().item() / max((y - s).abs().max().item(), 1e-30)
-                              for x, w, y, s in zip(got, want_ssa, base, want_softmax)]
-                rms_ratios = [(x - w).pow(2).mean().sqrt().item() / max((y - s).pow(2).mean().sqrt().item(), 1e-30)
-                              for x, w, y, s in zip(got, want_ssa, base, want_softmax)]
-                # the float64 results rounded to the dtype, over the same SDPA errors: the least any result scores
-                rounded_ssa = [w.to(t).double() - w for w in want_ssa]
-                sdpa_max = [(y - s).abs().max().item() for y, s in zip(base, want_softmax)]
-                sdpa_rms = [(y - s).pow(2).mean().sqrt().item() for y, s in zip(base, want_softmax)]
-                floor_max = [e.abs().max().item() / max(m, 1e-30) for e, m in zip(rounded_ssa, sdpa_max)]
-                floor_rms = [e.pow(2).mean().sqrt().item() / max(r, 1e-30) for e, r in zip(rounded_ssa, sdpa_rms)]
+                # each tensor's errors against float64: the kernel's, SDPA's (every ratio's denominator), and the
+                # float64 result's rounded to the dtype (the least any result in the dtype has)
+                got_max, got_rms = max_and_rms([x - w for x, w in zip(got, want_ssa)])
+                sdpa_max, sdpa_rms = max_and_rms([y - s for y, s in zip(base, want_softmax)])
+                rounded_max, rounded_rms = max_and_rms([w.to(t).double() - w for w in want_ssa])
+                max_ratios, rms_ratios = ratios(got_max, sdpa_max), ratios(got_rms, sdpa_rms)
+                floor_max, floor_rms = ratios(rounded_max, sdpa_max), ratios(rounded_rms, sdpa_rms)
                 scales = [w.abs().max().item() / max(s.abs().max().item(), 1e-30) for w, s in zip(want_ssa, want_softmax)]
                 max_row.value, max_row.note = worst(max_ratios)
                 max_row.note += "; over its own rounding error: " + ", ".join(
-                    f"{name} {m / max(f, 1e-30):.2f}" for name, m, f in zip(names, max_ratios, floor_max))
+                    f"{name} {r:.2f}" for name, r in zip(names, ratios(got_max, rounded_max)))
                 rms_row.value, rms_row.note = worst(rms_ratios)
                 relative_row.value, relative_row.note = worst([m / s for m, s in zip(max_ratios, scales)])
                 max_row.floor, rms_row.floor = max(floor_max), max(floor_rms)
@@ -320,6 +317,15 @@ def accuracy_rows(p: Profile, threads: int) -> list[Row]:
                 max_row.error = rms_row.error = relative_row.error = f"{type(exc).__name__}: {exc}"[:300]
             rows += [max_row, rms_row, relative_row]
     return rows
+
+
+def max_and_rms(errors) -> tuple[list[float], list[float]]:
+    """The max abs and the root-mean-square of each error tensor."""
+    return [e.abs().max().item() for e in errors], [e.pow(2).mean().sqrt().item() for e in errors]
+
+
+def ratios(numerators, denominators) -> list[float]:
+    return [x / max(y, 1e-30) for x, y in zip(numerators, denominators)]
 
 
 def upstream_gradient(shape, generator, dtype):
