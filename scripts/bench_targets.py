@@ -67,7 +67,7 @@ class Profile:
     dtypes: tuple = DTYPES
     other_shapes: bool = True        # float32 forward: non-causal, D=32, D=128, GQA
     # B, H, Hkv, L, D: GQA, and one key/value head per query head (SSA's dq error is largest against SDPA's there;
-    # at L=1024 SSA's largest dq, 4.61 against softmax's 2.77, is rounded to bf16: docs/PERFORMANCE.md)
+    # at L=1024 SSA's largest dq, 4.61 against softmax's 2.77, is rounded to bf16: docs/performance.md)
     accuracy_shapes: tuple = ((1, 8, 2, 1024, 64), (1, 8, 8, 512, 64), (1, 8, 8, 1024, 64))
     decode_presets: tuple = ("tiny_llama", "decoder_114m")
     decode_lengths: tuple = (128, 512)

@@ -1,5 +1,5 @@
 """How close transformers' `test_sdpa_padding_matches_padding_free_with_position_ids` comes to its bfloat16
-tolerance, over seeded draws, for the adapted classes and the stock ones (docs/transformers_compat.md).
+tolerance, over seeded draws, for the adapted classes and the stock ones (docs/dev/transformers_compat.md).
 
 The upstream test compares a padded batch with the same tokens packed into one row (position ids restarting per
 sequence), in bfloat16, with rtol = atol = bfloat16's eps (0.0078). For each draw s, Python's `random`, the

@@ -19,8 +19,9 @@ cp -r "$repo"/{ssa_hf,configs,model_cards} "$work/src/"
 "$venv/bin/pip" wheel -q --no-deps -w "$work/dist" "$work/src"
 # torch pinned in the same pip call (any other torch requirement pulls a multi-GB CUDA build)
 "$venv/bin/pip" install -q --force-reinstall --no-deps "$work/dist"/ssa_hf-*.whl
+# first the core alone (models, kernel, convert, push): no extra
 "$venv/bin/pip" install -q torch==2.13.0 "$work/dist"/ssa_hf-*.whl
-echo "+ installed $(ls "$work/dist") into $venv ($((SECONDS - started)) s)"
+echo "+ installed $(ls "$work/dist") (core) into $venv ($((SECONDS - started)) s)"
 
 cd "$work/run"
 unset PYTHONPATH SSA_HF_CONFIGS_DIR SSA_HF_MODEL_CARDS_DIR
@@ -49,16 +50,37 @@ LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=6
                              num_attention_heads=4, num_key_value_heads=2)).save_pretrained("llama")
 EOF
 
+# the core install: a model loads, converts, generates and publishes (dry run); every other command names its extra
+step ssa-hf --help
+step ssa-hf params
+step ssa-hf convert llama llama_ssa
+step ssa-hf push llama_ssa someone/tiny-ssa --dry-run --no-validate-online
+step ssa-hf demo --output-dir demo_core
+step python -c "import torch; from transformers import AutoModelForCausalLM as A; m = A.from_pretrained('llama_ssa'); \
+print(type(m).__name__, m.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=3, do_sample=False).tolist())"
+refuses() {  # the command fails with one line naming the extra's pip command, before any work
+    echo "+ $* (without its extra)"
+    if "$@" > "$work/last.log" 2>&1; then cat "$work/last.log"; echo "FAILED: ran without its extra: $*" >&2; exit 1; fi
+    grep -q 'pip install "ssa-hf\[' "$work/last.log" && [ "$(grep -c . "$work/last.log")" = 1 ] \
+        || { cat "$work/last.log"; echo "FAILED: no one-line extra message: $*" >&2; exit 1; }
+    cat "$work/last.log"
+}
+refuses ssa-hf pretrain --config configs/pretrain/tiny_causal.yaml --output_dir refused
+refuses ssa-hf eval llama_ssa --tasks arc_easy
+refuses ssa-hf icl --preset quick --output-dir refused
+refuses ssa-hf reproduce --scale cpu --plan
+[ ! -e refused ] || { echo "a refused command wrote its output folder" >&2; exit 1; }
+
+"$venv/bin/pip" install -q torch==2.13.0 "$(ls "$work/dist"/ssa_hf-*.whl)[all]"
+echo "+ installed the [all] extra ($((SECONDS - started)) s)"
+
 tiny_run=(--data.train.path corpus.txt --data.train.max_documents 250 --tokenizer.vocab_size 300
           --tokenizer.train_documents 250 --per_device_train_batch_size 4 --max_steps 3 --warmup_steps 1
           --eval_steps 3 --save_steps 3)
-step ssa-hf --help
-step ssa-hf params
 step ssa-hf pretrain --config configs/pretrain/tiny_causal.yaml --output_dir causal "${tiny_run[@]}" \
     --data.validation_documents 20 --data.block_size 32
 step ssa-hf pretrain --config configs/pretrain/tiny_masked.yaml --output_dir masked "${tiny_run[@]}" \
     --data.validation.path corpus.txt --data.validation_documents 0 --data.max_length 32
-step ssa-hf convert llama llama_ssa
 step ssa-hf perplexity causal/final --data corpus.txt --windows 4 --window-length 16 --output-dir ppl
 step ssa-hf eval causal/final --data-dir data --tasks arc_easy --limit 4 --output-dir eval_causal
 step ssa-hf-lm-eval --model ssa-hf --model_args pretrained=causal/final --tasks arc_easy \

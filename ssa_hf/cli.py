@@ -134,6 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.verbose)
     try:
+        extra = getattr(sys.modules.get(getattr(args.func, "__module__", "")), "EXTRA", None)
+        if extra:  # before any work: a missing optional dependency is one line naming the pip command
+            from .extras import require_extra
+
+            require_extra(extra, f"ssa-hf {args.command}")
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError, NotImplementedError, KeyError) as error:
         print(f"ssa-hf {args.command}: error: {error}", file=sys.stderr)

@@ -8,6 +8,7 @@ polynomially). Runs on CPU in a second, no downloads.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -55,6 +56,9 @@ def run_demo(config: DemoConfig | None = None, output_dir: str | None = None) ->
             f"Scores {config.scores} (token {large} is the large one), multiplied by each scale. "
             f"SSA with b={config.ssa_b}, n={config.ssa_n}.\n\n" + table,
         )
+        if importlib.util.find_spec("matplotlib") is None:  # a core install: the numbers without the plot
+            result["plot"] = None
+            return result
         plt = pyplot()
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
         for name in config.scoring:

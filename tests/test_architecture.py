@@ -1,4 +1,4 @@
-"""The package's shape rules (docs/ARCHITECTURE.md): modules of at most 600 lines, functions of at most 80, and
+"""The package's shape rules (docs/dev/architecture.md): modules of at most 600 lines, functions of at most 80, and
 imports that point down the layers (kernels and models never import pipelines or the command line)."""
 
 import ast

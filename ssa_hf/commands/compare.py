@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from . import add_command, config_from_args
 
+# the optional part of the install this command needs (ssa_hf.extras; checked before it runs)
+EXTRA = "eval"
 SUMMARY = "one report (tables and plots) from eval, probe and perplexity results of several models"
 
 

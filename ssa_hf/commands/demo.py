@@ -6,7 +6,11 @@ def run(args) -> int:
 
     result = run_demo(output_dir=args.output_dir)
     print(result["table"])
-    print(f"\nwrote {args.output_dir}/demo.json, demo.md and demo.png")
+    if result.get("plot"):
+        print(f"\nwrote {args.output_dir}/demo.json, demo.md and demo.png")
+    else:
+        print(f"\nwrote {args.output_dir}/demo.json and demo.md (no plot: matplotlib is not installed; "
+              'pip install "ssa-hf[icl]" adds it)')
     return 0
 
 

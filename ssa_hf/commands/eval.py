@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from . import add_command, config_from_args
 
+# the optional part of the install this command needs (ssa_hf.extras; checked before it runs)
+EXTRA = "eval"
 SUMMARY = "lm-evaluation-harness (zero-shot) on checkpoints: acc/acc_norm with chance and majority baselines"
 DESCRIPTION = ("Run lm-evaluation-harness on one or more checkpoint folders or Hub ids (several: side by side). "
                "With --data-dir the stock task definitions read local files (offline).")

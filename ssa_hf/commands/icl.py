@@ -5,6 +5,8 @@ option (`--train.lr`, `--eval.seed`, ...), with the short names of `SHORTCUTS` (
 
 from . import add_command
 
+# the optional part of the install this command needs (ssa_hf.extras; checked before it runs)
+EXTRA = "icl"
 SUMMARY = "the paper's in-context-learning experiments: softmax vs SSA under distribution shift"
 NON_CONFIG = ("preset", "config", "output_dir", "no_progress", "strict", "func", "command", "verbose")
 

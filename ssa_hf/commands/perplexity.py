@@ -6,6 +6,8 @@ import dataclasses
 
 from . import add_command, config_from_args
 
+# the optional part of the install this command needs (ssa_hf.extras; checked before it runs)
+EXTRA = "eval"
 SUMMARY = "perplexity of a causal LM on random fixed-length windows of corpora"
 DESCRIPTION = ("Perplexity on N random windows of L tokens (documents joined with eos), e.g. in-distribution "
                "(--heldout: the held-out documents of the training run) and out-of-distribution "

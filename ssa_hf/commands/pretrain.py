@@ -1,5 +1,8 @@
 """`ssa-hf pretrain`: the pretraining run of scripts/pretrain.py (a config file plus --KEY VALUE overrides)."""
 
+# the optional part of the install this command needs (ssa_hf.extras; checked before it runs)
+EXTRA = "train"
+
 DESCRIPTION = (
     "Pretrain a causal or masked LM. Any config key is an option: --max_steps 100, "
     "--data.block_size 256, --model.attention_scoring softmax, --model.overrides num_hidden_layers=4. "

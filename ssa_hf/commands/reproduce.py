@@ -1,5 +1,7 @@
 """`ssa-hf reproduce`: every claim of the paper at a stated scale, written to RESULTS.md."""
 
+# the optional part of the install this command needs (ssa_hf.extras; checked before it runs)
+EXTRA = "experiments"
 SUMMARY = "run the paper's claims at a stated scale (cpu: docs/reproduce.md gives its time) and write RESULTS.md"
 
 
@@ -45,7 +47,7 @@ def register(subparsers) -> None:
                    help="cpu: configs/experiments/reproduce_cpu.yaml; paper: reproduce_paper.yaml (GPU; prints the plan)")
     p.add_argument("--config", help="a YAML file (configs/experiments/*.yaml); replaces --scale")
     p.add_argument("--output-dir", default="outputs/reproduce", help="folder for runs, results.json and RESULTS.md (default: outputs/reproduce)")
-    p.add_argument("--results-file", help="also write RESULTS.md here (e.g. docs/RESULTS.md)")
+    p.add_argument("--results-file", help="also write RESULTS.md here (e.g. docs/results.md)")
     p.add_argument("--data-dir", help="local data in the layout of ../shared/data (default: $SSA_HF_DATA_DIR)")
     p.add_argument("--workers", type=int, help="runs in parallel processes (default: the config's)")
     p.add_argument("--report-only", action="store_true",

@@ -6,6 +6,8 @@ from __future__ import annotations
 from . import add_command, config_from_args
 from ..train.uptrain_demo import UptrainDemoConfig
 
+# the optional part of the install this command needs (ssa_hf.extras; checked before it runs)
+EXTRA = "train"
 SUMMARY = "uptraining end to end on the CPU: softmax source -> matched SSA -> trained beside a softmax control"
 
 

@@ -3,7 +3,7 @@
 A record holds the task's kind, its sampler, labels, training loss, metrics and baselines, the sweeps and metrics
 its primary endpoint may use, and the name its seeds are derived from. Everything else (training, evaluation,
 aggregation, statistics, report, plots) reads the record, so a new task of an existing kind is one entry here plus
-its sampler (see docs/ARCHITECTURE.md, "How to add an ICL task"). The kind says which evaluation layout the task
+its sampler (see docs/dev/architecture.md, "How to add an ICL task"). The kind says which evaluation layout the task
 gets: `quantifier` (labels +1/-1: sigma and length sweeps on a standard and a balanced test set, the
 in-distribution check, the single-large-value probe) or `regression` (real labels: an MSE grid over sigma_x x
 sigma_ab).

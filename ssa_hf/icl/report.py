@@ -163,7 +163,7 @@ def primary_section(paired: dict) -> list[str]:
     if primary.get("exploratory"):
         lines += [f"**Exploratory, not confirmatory:** this endpoint was chosen after some of these seeds had been seen "
                   f"(`stats.seen_seeds`), so its test here is exploratory whatever its p (nominal reading: {reading}). "
-                  "Fresh seeds decide: `ssa-hf reproduce --scale cpu` tests it on seeds 10-29 (docs/RESULTS.md)."]
+                  "Fresh seeds decide: `ssa-hf reproduce --scale cpu` tests it on seeds 10-29 (docs/results.md)."]
     else:
         lines += [f"Verdict on the primary endpoint: **{reading}**."]
     return lines

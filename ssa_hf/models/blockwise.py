@@ -43,7 +43,7 @@ SUPPORTED_SCORING = ("ssa", "softmax")
 
 _NEG_INF = float("-inf")
 _POS_INF = float("inf")
-# default tiles (measured on 2 cores, L = 2048, D = 64: see docs/PERFORMANCE.md): query rows per work item
+# default tiles (measured on 2 cores, L = 2048, D = 64: see docs/performance.md): query rows per work item
 # (all query heads of a key/value head together, so G heads share each key tile) and keys per tile
 BLOCK_Q = 256
 BLOCK_K = 256
@@ -314,14 +314,39 @@ def _setup_context(ctx, inputs, output):
     ctx.meta = (causal, scale, block_q, block_k)
 
 
+DOUBLE_BACKWARD_ERROR = (
+    "second derivatives (double backward, e.g. torch.autograd.grad(..., create_graph=True) then grad again, or "
+    "gradgradcheck) through the blockwise attention kernel are not implemented; use the eager backend for them: "
+    'attn_implementation="ssa_eager" for a model, backend="eager" for scored_attention / ssa_attention')
+
+
+class _FirstOrderBackward(torch.autograd.Function):
+    """The kernel's backward as a node of the graph that a create_graph backward builds: its inputs are the
+    attention's own inputs, so differentiating the gradients again reaches this node, which raises (without it the
+    gradients would have no history, and torch.autograd.grad(..., allow_unused=True) would answer None)."""
+
+    @staticmethod
+    def forward(ctx, backward, meta, grad_out, query, key, value, out, lse, residual, b, n, mask):
+        return backward(grad_out, query, key, value, out, lse, residual, b, n, mask, *meta)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(DOUBLE_BACKWARD_ERROR)
+
+
 def _gradients(ctx, grad_out, backward):
     if grad_out is None:  # nothing reached the output (gradients are not materialised)
         return (None,) * 10
     query, key, value, out, lse, residual, b, n, mask = ctx.saved_tensors
     causal, scale, block_q, block_k = ctx.meta
     need_b, need_n = ctx.needs_input_grad[3], ctx.needs_input_grad[4]
-    dq, dk, dv, db, dn = backward(grad_out, query, key, value, out, lse, residual, b, n, mask, causal, scale, block_q,
-                                  block_k, need_b or need_n)
+    meta = (causal, scale, block_q, block_k, need_b or need_n)
+    if torch.is_grad_enabled() and not torch.compiler.is_compiling() and any(
+            t.requires_grad for t in (grad_out, query, key, value, b, n)):  # create_graph=True
+        dq, dk, dv, db, dn = _FirstOrderBackward.apply(backward, meta, grad_out, query, key, value, out, lse, residual,
+                                                       b, n, mask)
+    else:
+        dq, dk, dv, db, dn = backward(grad_out, query, key, value, out, lse, residual, b, n, mask, *meta)
     return dq, dk, dv, db if need_b else None, dn if need_n else None, None, None, None, None, None
 
 
@@ -349,8 +374,7 @@ class _EagerAttention(torch.autograd.Function):
         return output
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out, grad_lse, grad_residual):
+    def backward(ctx, grad_out, grad_lse, grad_residual):  # a second derivative raises (_FirstOrderBackward)
         return _gradients(ctx, grad_out, _backward_kernel)
 
 
@@ -401,6 +425,9 @@ def blockwise_attention(query, key, value, b=None, n=None, attn_mask=None, is_ca
     if scoring not in SUPPORTED_SCORING:
         raise ValueError(f"blockwise_attention: unsupported scoring {scoring!r}; supported: {', '.join(SUPPORTED_SCORING)}")
     _check_shapes(query, key, value)
+    if not (type(is_causal) is bool or type(is_causal).__name__ in ("bool", "bool_")
+            and type(is_causal).__module__ == "numpy"):  # is_causal="False" would otherwise run causal attention
+        raise TypeError(f"blockwise_attention: is_causal must be True or False, got {is_causal!r}")
     tiles = _tiles(block_size)
     if attn_mask is not None:
         _check_mask(attn_mask, query.shape[:3] + key.shape[2:3])

@@ -4,7 +4,7 @@ pretraining and the lm-eval adapter need to know about each family.
 A family is a transformers architecture whose attention modules carry ssa-hf scoring parameters: a config class
 (`configuration_ssa_<name>.py`) and model classes per task (`modeling_ssa_<name>.py`). Adding one means writing
 those two files, adding its `FamilySpec` to `FAMILY_SPECS` below and a preset in `configs/models/`; everything
-else reads this table (docs/ARCHITECTURE.md, "Model families").
+else reads this table (docs/dev/architecture.md, "Model families").
 
 Not part of the remote-code unit: no configuration or modeling file imports this module, so it is never copied
 into a checkpoint folder (it imports them, not the other way round).

@@ -16,13 +16,13 @@ constexpr bool kSplitP = true;
 
 // The bf16 ukernel forward's rows per work item (block_q is an upper bound): at 128 rather than 256 the call
 // measured 0.93-1.02x the time at the main, 114M and GQA shapes and 0.3 MB less peak memory at B=4 H=8 L=2048
-// D=64 on a Zen 4 (docs/PERFORMANCE.md); the float32 and converted-tile forwards measured no gain (fp16 lost).
+// D=64 on a Zen 4 (docs/performance.md); the float32 and converted-tile forwards measured no gain (fp16 lost).
 constexpr int64_t kUkernelForwardRows = 128;
 
 // The causal backward's tiles: at most this many query positions and keys (block_q, block_k are upper bounds).
 // The diagonal tiles, half of whose scores are hidden, halve in size: against 256 x 256 the backward took 0.94-1.0x
 // the time at the main, 114M and GQA shapes in every dtype and 0.81-0.89x at the tiny presets'; without a causal
-// mask (nothing to skip) 0.99-1.05x, so it keeps its tiles (docs/PERFORMANCE.md).
+// mask (nothing to skip) 0.99-1.05x, so it keeps its tiles (docs/performance.md).
 constexpr int64_t kCausalBackwardTile = 128;
 
 inline bool bf16_ukernel(const Problem& P) {

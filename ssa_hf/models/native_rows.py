@@ -259,7 +259,7 @@ struct FwdLanes {
 // loop's chain of log2 -> exponent -> exp2 per vector is longer than the out-of-order window overlaps at the
 // loop's port-bound rate (unrolling it changed nothing on a Zen 3); each of two loops holds half of it, and the row
 // stays in L1 between them.  bench_score_pass.py on a Zen 4: 0.67 -> 0.51 ns/score built for AVX2, 0.40 -> 0.35
-// with AVX-512 (docs/PERFORMANCE.md).
+// with AVX-512 (docs/performance.md).
 
 #if defined(CPU_CAPABILITY_AVX512)
 #define SSA_HF_FUSED_ROUNDING 1

@@ -186,8 +186,9 @@ def _fill_below_support(scores: Tensor, mask: Tensor | None, gap: Tensor | float
 def _require_entmax():
     try:
         import entmax
-    except ImportError as error:  # pragma: no cover - entmax is a declared dependency
-        raise ImportError("This scoring function needs the `entmax` package: pip install entmax") from error
+    except ImportError as error:  # an optional dependency (the [entmax] extra)
+        raise ImportError('sparsemax and entmax scoring need the entmax package: pip install "ssa-hf[entmax]" '
+                          "(or pip install entmax)") from error
     return entmax
 
 

@@ -1,6 +1,6 @@
 """The docs tables of scoring functions, their settings and the backends, generated from the registries.
 
-docs/attention.md and docs/ARCHITECTURE.md hold each table between `<!-- generated: NAME -->` and
+docs/attention.md and docs/dev/architecture.md hold each table between `<!-- generated: NAME -->` and
 `<!-- end: NAME -->`; `python -m ssa_hf.models.tables` rewrites them, and a test fails when they differ from
 the declarations (tests/models/test_docs_tables.py). Not part of the remote-code unit (no model file imports it).
 """
@@ -16,7 +16,7 @@ from .backends import BACKENDS, supported_backends
 from .scoring import ALL_SCORING_FUNCTIONS
 from .settings import CHOICES, parameter_specs
 
-DOCS = {"attention.md": ("scoring-functions", "scoring-settings"), "ARCHITECTURE.md": ("declarations", "backends")}
+DOCS = {"attention.md": ("scoring-functions", "scoring-settings"), "dev/architecture.md": ("declarations", "backends")}
 
 
 def _cell(text) -> str:

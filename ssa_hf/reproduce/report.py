@@ -1,14 +1,30 @@
-"""RESULTS.md: the claims table (primary endpoints on the confirmatory seeds), then per claim its setting, seeds,
-power, every row beside the paper's figures and the trivial baselines."""
+"""RESULTS.md and the generated claims blocks of the docs.
+
+RESULTS.md: the claims table (primary endpoints on the confirmatory seeds, with the Holm-adjusted p and whether
+each verdict survives it, the paper's value and the scale), one line per claim, then per claim its setting, seeds,
+power and every row beside the paper's figures and the trivial baselines. Everything above the per-claim
+sections renders from docs/results_summary.json alone (`results_markdown_from_figures`), so the docs can be
+regenerated from it without the runs:
+
+    python -m ssa_hf.reproduce.report --results-file docs/results.md README.md docs/reproduce.md
+
+rewrites docs/results.md from docs/results_summary.json, and in each markdown file given the blocks between
+`<!-- generated: NAME -->` and `<!-- end: NAME -->` (NAME: claims = the short table and two sentences;
+claims-table; claims-sentences; claims-lines = one line per claim).
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
+import re
+import sys
+from pathlib import Path
 from typing import Any
 
 from ..reporting import markdown_table
-from .verdict import TEST_NAMES, describe_rule
-
+from .verdict import EXCLUDED, INCONCLUSIVE, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, TEST_NAMES, describe_rule
 
 def _num(value: Any, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
@@ -127,7 +143,7 @@ def claim_section(claim: dict) -> list[str]:
     ran = claim.get("exploratory_run") or []
     exploratory = _seeds(seeds["exploratory"])
     if seeds["exploratory"] and not ran:
-        exploratory += " (not run in this session: their earlier figures are in the git history of docs/RESULTS.md)"
+        exploratory += " (not run in this session: their earlier figures are in the git history of docs/results.md)"
     lines = [f"## {claim['title']}", "", f"Claim: {claim['claim']}.", ""]
     if claim.get("description"):
         lines += [f"Setting: {claim['description']}.", ""]

@@ -217,7 +217,7 @@ def test_kernel_runs_on_torchs_thread_pool():
 def test_one_parallel_region_per_call(batch, kv_heads, length, keys, regions):
     """Forward and backward each open at most one parallel region: bounds, finiteness checks, delta, zeroing and
     the chunked dq/db reductions all happen inside the work items (beside busy processes every barrier costs a
-    scheduler time slice, docs/PERFORMANCE.md); calls of under ~1M flops (a small model's decoding step) open
+    scheduler time slice, docs/performance.md); calls of under ~1M flops (a small model's decoding step) open
     none and run on the calling thread."""
     ops = native.load_kernels()
     assert ops is not None, "the fused CPU kernel did not build"

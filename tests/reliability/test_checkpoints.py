@@ -89,7 +89,7 @@ def test_an_explicit_damaged_checkpoint_is_refused(corpora, tmp_path):
 
 
 def test_a_corrupt_rng_state_fails_resume_with_a_clear_error(corpora, tmp_path):
-    """Documented choice (docs/RELIABILITY.md): an RNG state that does not parse stops the resume (an inexact
+    """Documented choice (docs/dev/reliability.md): an RNG state that does not parse stops the resume (an inexact
     resume is never silent). A damaged file with an intact manifest is skipped like any damage (above); here the
     manifest was rewritten to match, so only the content check can catch it."""
     stopped_run(corpora, tmp_path / "run", max_steps=4)

@@ -1,5 +1,5 @@
-"""README.md, docs/RESULTS.md, docs/reproduce.md and docs/icl.md agree with each other and with the run's figures
-(docs/results_summary.json, written by `ssa-hf reproduce --results-file docs/RESULTS.md`) on every figure they
+"""README.md, docs/results.md, docs/reproduce.md and docs/icl.md agree with each other and with the run's figures
+(docs/results_summary.json, written by `ssa-hf reproduce --results-file docs/results.md`) on every figure they
 share: a doc that quotes a claim's confirmatory result quotes the line regenerated from the JSON, verbatim."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from ssa_hf.reproduce.report import summary_line
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = ["README.md", "docs/RESULTS.md", "docs/reproduce.md", "docs/icl.md"]
+DOCS = ["README.md", "docs/results.md", "docs/reproduce.md", "docs/icl.md"]
 QUOTE = re.compile(r"`((?:icl|masked|causal)_\w+)`: SSA − control [^\n]*?confirmatory seeds(?: \(of \d+ declared\))?: \*\*[^*]+\*\*")
 NOT_RUN = re.compile(r"`((?:icl|masked|causal)_\w+)`: not run in this session")
 
@@ -24,7 +24,7 @@ def figures() -> dict:
 
 
 def test_results_md_holds_every_claim_of_the_summary(figures):
-    text = (REPO / "docs" / "RESULTS.md").read_text()
+    text = (REPO / "docs" / "results.md").read_text()
     assert figures["claims"], "docs/results_summary.json holds no claim"
     for claim_id, entry in figures["claims"].items():
         assert summary_line(claim_id, entry) in text, claim_id

@@ -4,7 +4,7 @@ even imported, so the default test run pays nothing for transformers' large test
 Each test starts from generators seeded by its name (Python's `random`, the upstream tests' own `global_rng`,
 numpy and torch): upstream draws its inputs and weights from unseeded module-level generators, so a test's inputs
 depended on every test before it and a tolerance check at the edge of bfloat16 passed or failed by chance
-(docs/transformers_compat.md, "Reproducible inputs"). `SSA_HF_TRANSFORMERS_SEED=<n>` draws another set.
+(docs/dev/transformers_compat.md, "Reproducible inputs"). `SSA_HF_TRANSFORMERS_SEED=<n>` draws another set.
 """
 
 from __future__ import annotations

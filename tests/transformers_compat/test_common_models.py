@@ -3,7 +3,7 @@ against SSALlama and SSABert, with attention_scoring "ssa" and "softmax".
 
 Thin adapter: the upstream test classes are subclassed and their model testers pointed at our classes; no test body
 is copied. Tests that cannot pass by design are skipped (DELIBERATE) and failures owned by another issue are
-expected (ELSEWHERE), each with its reason (docs/transformers_compat.md explains them). Run: `pytest -m transformers_common tests/transformers_compat` (see docs/transformers_compat.md).
+expected (ELSEWHERE), each with its reason (docs/dev/transformers_compat.md explains them). Run: `pytest -m transformers_common tests/transformers_compat` (see docs/dev/transformers_compat.md).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ configuration_tests = upstream.module("test_configuration_common")
 
 SCORINGS = ("ssa", "softmax")
 
-# Tests that cannot pass by design, {test name: reason} (docs/transformers_compat.md explains each); skipped.
+# Tests that cannot pass by design, {test name: reason} (docs/dev/transformers_compat.md explains each); skipped.
 DELIBERATE: dict[str, str] = {
     "test_can_set_attention_dynamically": "config._attn_implementation names the ssa-hf implementation that runs "
     "('ssa_eager' for 'eager', 'ssa_auto' for 'sdpa'), not the standard name the test expects",

@@ -64,7 +64,7 @@ def missing_reason() -> str | None:
     if not _MARKER_FILE.is_file():
         return (
             f"transformers' model tests not found at {FOLDER} (they are not in its wheel; set SSA_HF_TRANSFORMERS_TESTS "
-            "to a folder laid out as described in docs/transformers_compat.md)"
+            "to a folder laid out as described in docs/dev/transformers_compat.md)"
         )
     if importlib.util.find_spec("parameterized") is None:
         return "transformers' model tests need the `parameterized` package: pip install 'ssa-hf[dev]'"
