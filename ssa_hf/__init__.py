@@ -5,7 +5,8 @@ Importing the package registers its attention implementations (`ssa_auto`, `ssa_
 
 The import itself is light (no torch, no transformers), so that `ssa-hf --help` answers at once: the public
 names below load on first use, and the registration happens as soon as transformers is imported (at once if it
-already is), before any Auto class can be asked for an ssa-hf model.
+already is), before any Auto class can be asked for an ssa-hf model, or as soon as torch's program serializer is
+(`torch.export.save` / `torch.export.load`), which defines the custom op a saved `.pt2` calls.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ _PUBLIC = {
                      "SSALlamaForTokenClassification", "SSALlamaModel"], ".models.modeling_ssa_llama"),
 }
 _SUBPACKAGES = {"cli", "commands", "data", "demo", "evaluation", "hub", "icl", "models", "presets", "reporting",
-                "train"}
+                "serving", "train"}
 
 __all__ = sorted(_PUBLIC)
 
@@ -57,40 +58,61 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__) | _SUBPACKAGES)
 
 
+# modules after whose import ssa-hf registers itself: transformers (the Auto classes and attention functions) and
+# torch's ExportedProgram serializer (a saved .pt2 names the custom op ssa_hf::attention_forward_v2, which must
+# exist before torch.export.load reads the program; importing ssa_hf.models defines it)
+_TRIGGERS = ("transformers", "torch._export.serde.serialize")
+
+
+def _initializing(name: str) -> bool:
+    """Whether module `name` is being imported right now (importlib marks its spec until the import ends)."""
+    return bool(getattr(getattr(sys.modules.get(name), "__spec__", None), "_initializing", False))
+
+
 def _register_models() -> None:
-    """Import ssa_hf.models, which registers everything with transformers (a no-op when already imported: if it
-    is importing right now, it registers at the end of its own import)."""
-    if f"{__name__}.models" in sys.modules:
-        return
-    try:
-        importlib.import_module(".models", __name__)
-    except Exception as error:  # a broken ssa-hf must not break `import transformers` for its user
-        warnings.warn(f"ssa-hf could not register its models with transformers: {error!r}", stacklevel=2)
+    """Import ssa_hf.models, which registers everything with transformers and defines the custom op (a no-op when
+    already imported: if it is importing right now, it registers at the end of its own import)."""
+    if f"{__name__}.models" not in sys.modules:
+        try:
+            importlib.import_module(".models", __name__)
+        except Exception as error:  # a broken ssa-hf must not break `import transformers` for its user
+            warnings.warn(f"ssa-hf could not register its models with transformers: {error!r}", stacklevel=2)
+            return
+    sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _RegisterAfterImport)]
 
 
-class _RegisterAfterTransformers:
-    """A one-shot import hook: lets transformers import as usual, then registers ssa-hf's models with it."""
+class _RegisterAfterImport:
+    """An import hook: lets a module of _TRIGGERS import as usual, then registers ssa-hf's models (removed once
+    they are registered)."""
+
+    def __init__(self):
+        self._finding = False
 
     def find_spec(self, name, path=None, target=None):
-        if name != "transformers":
+        if name not in _TRIGGERS or self._finding:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
+        self._finding = True
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._finding = False
         loader = getattr(spec, "loader", None)
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
-        exec_transformers = loader.exec_module
+        exec_original = loader.exec_module
 
         def exec_module(module):
-            exec_transformers(module)
+            exec_original(module)
             del loader.exec_module  # the loader's own method again
-            _register_models()
+            # (the serializer imported from inside transformers' own import: registered at the end of that one)
+            if name == "transformers" or not _initializing("transformers"):
+                _register_models()
 
         loader.exec_module = exec_module
         return spec
 
 
-if "transformers" in sys.modules:
+if any(name in sys.modules for name in _TRIGGERS):
     _register_models()
-elif not any(isinstance(finder, _RegisterAfterTransformers) for finder in sys.meta_path):
-    sys.meta_path.insert(0, _RegisterAfterTransformers())
+elif not any(isinstance(finder, _RegisterAfterImport) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _RegisterAfterImport())

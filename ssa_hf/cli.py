@@ -130,6 +130,17 @@ def show_progress(args) -> bool:
     return not getattr(args, "no_progress", False) and sys.stderr.isatty()
 
 
+def os_error_line(error: OSError) -> str:
+    """Any other OSError (a file or folder in the wrong place, a library's "cannot find or open" error) in one
+    line: it is about the user's files or system, not a bug a traceback would help with."""
+    path = error.filename2 or error.filename
+    if isinstance(error, IsADirectoryError) and path:
+        return f"{path} is a folder where a file is expected: give a file path (or move the folder away)"
+    if isinstance(error, NotADirectoryError) and path:
+        return f"{path}: a part of this path is a file where a folder is expected; give another path"
+    return " ".join(str(error).split()) or type(error).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.verbose)
@@ -146,9 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:  # a full disk, a file-size limit, a read-only folder: one line saying what to change
         from .reporting import describe_os_error
 
-        message = describe_os_error(error)
-        if message is None:
-            raise
+        message = describe_os_error(error) or os_error_line(error)
         print(f"ssa-hf {args.command}: error: {message}", file=sys.stderr)
         return 2
     except Exception as error:  # a damaged weight file read where no check named it first: still one line

@@ -48,7 +48,7 @@ def run_demo(config: DemoConfig | None = None, output_dir: str | None = None) ->
     table = markdown_table(headers, rows, ".4f")
     result = {"config": asdict(config), "large_token": large, "curves": curves, "table": table}
     if output_dir is not None:
-        out = OutputDir(output_dir)
+        out = OutputDir(output_dir, writes=["demo.json", "demo.md", "demo.png"])
         out.write_json("demo.json", result)
         out.write_markdown(
             "demo.md",

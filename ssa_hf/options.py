@@ -49,20 +49,33 @@ def deep_merge(base: dict, update: dict) -> dict:
     return out
 
 
+def yaml_error_line(error: Exception) -> str:
+    """A YAML parser's error in one line (its own message spans several, with the offending text and a caret)."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None)
+    if problem and mark is not None:
+        context = getattr(error, "context", None)
+        return f"{context + ': ' if context else ''}{problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(error).split())
+
+
 def load_yaml(path: str | Path, _seen: tuple = ()) -> dict:
     """Read a YAML config; `base: FILE` (relative to this file) is loaded first and this file merged over it.
     A path under `configs/` that the working directory lacks is read from the configs shipped with ssa-hf."""
     from .resources import config_file
 
+    from .regular_files import check_regular_file, read_text
+
     path = config_file(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"config file {str(path)!r} does not exist")
+    check_regular_file(path, "config file")  # (a folder, a FIFO: one line; a FIFO would block the read)
     if path.resolve() in _seen:
         raise ConfigError(f"{path}: 'base' chain loops back to itself")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(read_text(path)) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+        raise ConfigError(f"{path}: not valid YAML: {yaml_error_line(error)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config is a mapping of keys to values")
     base = data.pop(BASE_KEY, None)

@@ -81,10 +81,13 @@ def resolve_preset_path(name_or_path: str | os.PathLike) -> Path:
 def load_preset(name_or_path: str | os.PathLike) -> Preset:
     """Read and check a preset file (by name in configs/models/, or by path)."""
     path = resolve_preset_path(name_or_path)
+    from .options import yaml_error_line
+    from .regular_files import read_text
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        raise ValueError(f"{path}: not valid YAML: {error}") from None
+        data = yaml.safe_load(read_text(path, "preset file"))
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not valid YAML: {yaml_error_line(error)}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a preset is a mapping with keys 'family' and 'config'")
     unknown = set(data) - {"family", "description", "config"}

@@ -1,5 +1,12 @@
 """The one output-folder helper: every pipeline writes its results as JSON + markdown + PNG through it, and
-files and folders appear atomically (`atomic_write_bytes`, `atomic_folder`)."""
+files and folders appear atomically (`atomic_write_bytes`, `atomic_folder`).
+
+The one rule for what a command writes, replaces or deletes (`refuse_link_path`, used by `OutputDir`,
+`atomic_folder` and `open_for_append`): no part of the path below the command's output folder is a symbolic link,
+checked on the path as given (never resolved first), so nothing is written, replaced or deleted through a link;
+a folder a command owns whole (a run folder, an ICL or reproduce output) is refused if it holds a link leading out
+of it (`refuse_links_out`); a destination that is replaced must not hold, equal or lie inside a source
+(`refuse_overlap`) and must be a folder the command wrote (`check_replaceable`), before anything changes."""
 
 from __future__ import annotations
 
@@ -69,6 +76,74 @@ def refuse_links_out(folder: str | os.PathLike, what: str = "output folder") -> 
             "or remove it")
 
 
+def refuse_link_path(root: str | os.PathLike, path: str | os.PathLike, what: str = "output folder") -> Path:
+    """The one check before ssa-hf writes, replaces or deletes `path` under the folder `root`: `path` lies under
+    `root` (no `..`), and no part of it below `root` - `path` itself included - is a symbolic link, checked on the
+    path as given (a planted link is refused even when it points inside `root`: it would make one run write into
+    another's folder). `root` itself is the user's choice and not checked. Returns `path` (absolute)."""
+    root, path = Path(os.path.abspath(root)), Path(os.path.abspath(path))  # (abspath normalises, never follows)
+    if path != root and not path.is_relative_to(root):
+        raise LinkOutsideError(f"{path} is not inside the {what} {root}; ssa-hf writes only inside it")
+    current = root
+    for part in path.relative_to(root).parts:
+        current = current / part
+        if current.is_symlink():
+            raise LinkOutsideError(
+                f"{current} is a symbolic link (to {os.path.realpath(current)}) inside the {what} {root}; ssa-hf "
+                "never writes, replaces or deletes through a link: remove the link (or write elsewhere)")
+    return path
+
+
+def refuse_overlap(destination: str | os.PathLike, sources: Sequence[str | os.PathLike],
+                   what: str = "destination") -> None:
+    """A destination that is written or replaced must not equal, hold or lie inside a folder it is made from
+    (replacing it would delete the source, or write into it); compared after resolving links."""
+    dst = Path(os.path.realpath(destination))
+    for source in sources:
+        src = Path(os.path.realpath(source))
+        if dst == src or dst.is_relative_to(src) or src.is_relative_to(dst):
+            relation = ("is" if dst == src else "lies inside" if dst.is_relative_to(src) else "holds")
+            raise ValueError(f"{what} {destination} {relation} the source {source}; give a destination outside the "
+                             "source that does not contain it")
+
+
+def check_replaceable(destination: str | os.PathLike, overwrite: bool, owner_file: str | None = None,
+                      what: str = "destination") -> None:
+    """Before anything changes: an existing `destination` is replaced only with `overwrite`, and then only if it
+    is a folder this kind of command wrote - empty, or holding `owner_file` (a regular file, e.g. convert's
+    ssa_conversion.json) - never a file or a folder of the user's."""
+    destination = Path(destination)
+    if destination.is_symlink():
+        raise LinkOutsideError(f"{destination} is a symbolic link (to {os.path.realpath(destination)}); ssa-hf "
+                               "replaces folders, never what a link points at: remove the link or write elsewhere")
+    if not destination.exists():
+        return
+    if not overwrite:
+        raise DestinationExistsError(f"{destination} already exists; remove it or pass overwrite=True")
+    if not destination.is_dir():
+        raise ValueError(f"{what} {destination} is a file, not a folder; remove it or give another path")
+    if owner_file is not None and any(destination.iterdir()):
+        marker = destination / owner_file
+        if marker.is_symlink() or not marker.is_file():
+            raise ValueError(f"{what} {destination} is not a folder ssa-hf wrote (it has no {owner_file}); "
+                             "overwriting replaces only such folders: remove it yourself, or give another path")
+
+
+def open_for_append(root: str | os.PathLike, path: str | os.PathLike, what: str = "output folder"):
+    """`path` (under `root`, checked by `refuse_link_path`) opened for appending text; a link planted there
+    after the check is refused too (O_NOFOLLOW), never appended through."""
+    path = refuse_link_path(root, path, what)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise LinkOutsideError(f"{path} is a symbolic link; ssa-hf never appends through a link: remove it") \
+                from None
+        raise
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
 class DestinationExistsError(FileExistsError, ValueError):
     """The destination folder exists and overwriting was not asked for (a ValueError too, so the CLI reports it)."""
 
@@ -128,18 +203,19 @@ def is_no_space(error: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def atomic_folder(destination: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+def atomic_folder(destination: str | os.PathLike, overwrite: bool = False, *, root: str | os.PathLike | None = None,
+                  sources: Sequence[str | os.PathLike] = (), owner_file: str | None = None) -> Iterator[Path]:
     """Yield an empty temporary folder beside `destination`; on success it replaces `destination` by renames
     (the old folder, if `overwrite`, is moved to `.<name>.old` and removed once the new one is in place, so a stop
     between the two renames leaves it there to be found). On any error the temporary folder is removed and
-    nothing else changes; a full disk is reported as a NoSpaceError naming the folder."""
-    destination = Path(destination)
-    destination = destination.parent.resolve() / destination.name  # (the last part itself is never followed)
-    if destination.is_symlink():
-        raise LinkOutsideError(f"{destination} is a symbolic link (to {os.path.realpath(destination)}); ssa-hf "
-                               "replaces folders, never what a link points at: remove the link or write elsewhere")
-    if destination.exists() and not overwrite:
-        raise DestinationExistsError(f"{destination} already exists; remove it or pass overwrite=True")
+    nothing else changes; a full disk is reported as a NoSpaceError naming the folder.
+    Checked first, on the path as given: no link from `root` (default: the destination's parent) down to the
+    destination (`refuse_link_path`), no overlap with `sources` (`refuse_overlap`), and an existing destination
+    replaced only with `overwrite` and only if it holds `owner_file` (`check_replaceable`)."""
+    destination = Path(os.path.abspath(destination))  # (normalised, never resolved: a link is seen as a link)
+    refuse_link_path(destination.parent if root is None else root, destination)
+    refuse_overlap(destination, sources)
+    check_replaceable(destination, overwrite, owner_file)
     destination.parent.mkdir(parents=True, exist_ok=True)
     try:
         tmp = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.tmp-"))
@@ -228,20 +304,52 @@ def make_output_folder(path: Path, what: str = "output folder") -> Path:
 
 
 class OutputDir:
-    """A results folder: `write_json`, `write_markdown`, `save_figure` (PNG), each written atomically."""
+    """A command's output folder: `write_json`, `write_markdown`, `save_figure` (PNG), each written atomically;
+    `file(name)` and `folder(name)` give checked paths inside it (`refuse_link_path`: no link below the folder,
+    on the path as given), `append(name)` a log opened without following a link, `replace(name)` an
+    `atomic_folder` inside it. Checked at once, before anything is written: `writes`, the names (or glob patterns)
+    the command will write there - none may be a link - and with `owned=True`, for a folder the command owns whole
+    (a run's or an experiment's), every link that leads out of it (`refuse_links_out`)."""
 
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        make_output_folder(self.path)
+    def __init__(self, path: str | os.PathLike, what: str = "output folder", *, owned: bool = False,
+                 writes: Sequence[str] = ()):
+        import glob
 
-    def file(self, name: str) -> Path:
+        self.path, self.what = Path(path), what
+        make_output_folder(self.path, what)
+        if owned:
+            refuse_links_out(self.path, what)
+        for pattern in writes:
+            for match in sorted(glob.glob(os.path.join(glob.escape(str(self.path)), pattern))):
+                refuse_link_path(self.path, match, what)
+
+    def file(self, name: str | os.PathLike) -> Path:
+        """The path of `name` (may hold sub-folders) inside the folder, checked: nothing on it is a link."""
+        refuse_link_path(self.path, self.path / name, self.what)
         return self.path / name
 
+    def folder(self, name: str | os.PathLike, what: str | None = None, owned: bool = True) -> Path:
+        """The sub-folder `name`, checked and created; `owned`: it is the command's whole (a link out is refused)."""
+        path = self.file(name)
+        make_output_folder(path, what or f"{self.what}'s folder")
+        refuse_link_path(self.path, path, self.what)  # (a link planted between the check and the creation)
+        if owned:
+            refuse_links_out(path, what or f"{self.what}'s folder")
+        return path
+
+    def append(self, name: str | os.PathLike):
+        return open_for_append(self.path, self.path / name, self.what)
+
+    def replace(self, name: str | os.PathLike, *, overwrite: bool = True, sources: Sequence[str | os.PathLike] = (),
+                owner_file: str | None = None):
+        """`atomic_folder` for the sub-folder `name` (checked from this folder down)."""
+        return atomic_folder(self.path / name, overwrite, root=self.path, sources=sources, owner_file=owner_file)
+
     def write_json(self, name: str, obj: Any) -> Path:
-        return atomic_write_json(self.path / name, obj)
+        return atomic_write_json(self.file(name), obj)
 
     def write_markdown(self, name: str, text: str) -> Path:
-        return atomic_write_bytes(self.path / name, text.rstrip("\n").encode() + b"\n")
+        return atomic_write_bytes(self.file(name), text.rstrip("\n").encode() + b"\n")
 
     def save_figure(self, name: str, figure) -> Path:
         import io
@@ -251,7 +359,7 @@ class OutputDir:
         buffer = io.BytesIO()
         figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
         plt.close(figure)
-        return atomic_write_bytes(self.path / name, buffer.getvalue())
+        return atomic_write_bytes(self.file(name), buffer.getvalue())
 
 
 def pyplot():

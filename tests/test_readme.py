@@ -15,9 +15,18 @@ def test_readme_has_main_and_test_commands():
     commands = _commands()
     assert set(commands) == {"main-command", "test-command"}
     for command in commands.values():
-        assert "pip install" in command and "torch==2.13.0" in command and "-e \".[dev]\"" in command
+        assert "pip install" in command and "torch==2.13.0" in command
+    # the main job installs what `ssa-hf icl` needs (the [icl] extra, or [dev], which holds it); the tests [dev]
+    assert re.search(r'-e "\.\[(icl|dev)\]"', commands["main-command"])
+    assert '-e ".[dev]"' in commands["test-command"]
     assert "pytest" in commands["test-command"]
-    assert "ssa-hf " in commands["main-command"]
+    assert "ssa-hf icl " in commands["main-command"]
+
+
+def test_readme_shows_a_command_early():
+    lines = (REPO / "README.md").read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("```bash"))
+    assert first < 30, f"the first command is on line {first + 1}"
 
 
 def test_ci_runs_the_readme_test_command():

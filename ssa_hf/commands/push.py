@@ -86,10 +86,11 @@ def run(args) -> int:
         return 1
     from .. import __version__
 
+    would = "would be " if result.dry_run else ""  # a dry run puts the folder back as it was
     if result.card_rendered:
-        print(f"rendered the model card: {result.folder}/README.md")
+        print(f"{'would render' if result.dry_run else 'rendered'} the model card: {result.folder}/README.md")
     if result.refreshed_code:
-        print(f"replaced by the installed ssa-hf {__version__}'s files: {', '.join(result.refreshed_code)}")
+        print(f"{would}replaced by the installed ssa-hf {__version__}'s files: {', '.join(result.refreshed_code)}")
     for link in result.linked:
         print(f"uploading the content of a link out of the folder (--follow-links): {link}")
     print(f"remote code ({len(result.code_files)} *.py, identical to the installed ssa-hf {__version__}'s): "

@@ -18,13 +18,22 @@ import glob
 import gzip
 import io
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from ..regular_files import check_regular_file, open_regular
+
 DATA_DIR_ENV = "SSA_HF_DATA_DIR"
 LOCAL_FORMATS = ("text", "jsonl", "parquet")
+# the longest document (line of a text file, JSON Lines or Parquet text) passed on whole: longer ones are split at
+# whitespace into pieces of at most this many characters. A tokenizer's memory grows with a document's length: a
+# 12 MB line made the Rust tokenizer abort the process (SIGABRT, not an exception) under a 6 GB memory limit
+MAX_DOCUMENT_CHARS = 100_000
+
+logger = logging.getLogger(__name__)
 
 
 def default_data_dir() -> Path:
@@ -36,10 +45,13 @@ def default_data_dir() -> Path:
 
 
 def expand_path(path: str) -> str:
-    """Expand `${SSA_HF_DATA_DIR}` (with its default), other environment variables and `~`."""
+    """Expand `${SSA_HF_DATA_DIR}` / `$SSA_HF_DATA_DIR` (with its default) and a leading `~`; nothing else. Paths
+    come from configuration files, which may be untrusted (a reproduce config, a copied run's
+    training_config.yaml): other `$NAME`s stay as written, so that no other variable's value (`$HF_TOKEN`) reaches
+    a path, a record or an error message."""
     text = str(path).replace("${" + DATA_DIR_ENV + "}", str(default_data_dir()))
     text = text.replace("$" + DATA_DIR_ENV, str(default_data_dir()))
-    return os.path.expanduser(os.path.expandvars(text))
+    return os.path.expanduser(text)
 
 
 @dataclass
@@ -102,13 +114,16 @@ def resolve_files(path: str) -> list[Path]:
     candidate = Path(text)
     if candidate.is_file():
         return [candidate]
+    if candidate.exists() and not candidate.is_dir():
+        check_regular_file(candidate, "data file")  # a FIFO or a device: refused (reading it could block forever)
     if candidate.is_dir():
         files = sorted(p for p in candidate.rglob("*") if p.is_file() and not p.name.startswith("."))
         files = [p for p in files if p.suffix.lower() not in (".md",)]
     else:
         files = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
     if not files:
-        hint = f" (set {DATA_DIR_ENV})" if DATA_DIR_ENV in str(path) else ""
+        hint = (f" (the offline data folder is incomplete: build it with `ssa-hf data download --to DIR` and set "
+                f"{DATA_DIR_ENV}=DIR; docs/data.md)" if DATA_DIR_ENV in str(path) else "")
         raise FileNotFoundError(f"no data files at {text!r}{hint}")
     return files
 
@@ -128,7 +143,9 @@ def file_format(path: Path, forced: str | None = None) -> str:
 
 
 def _open_binary(path: Path):
-    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+    if path.name.lower().endswith(".gz"):  # (GzipFile would not close a file object it was given)
+        return gzip.open(check_regular_file(path, "data file"), "rb")
+    return open_regular(path, "rb", "data file")  # (a FIFO is refused, never waited on)
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -182,6 +199,36 @@ def iter_file_texts(path: Path, fmt: str, text_field: str = "text") -> Iterator[
 
 
 def _file_texts(path: Path, fmt: str, text_field: str) -> Iterator[str]:
+    """The documents of one file, each at most MAX_DOCUMENT_CHARS long (longer ones split, see split_long_text)."""
+    split = 0
+    for text in _file_documents(path, fmt, text_field):
+        if len(text) <= MAX_DOCUMENT_CHARS:
+            yield text
+            continue
+        split += 1
+        yield from split_long_text(text)
+    if split:
+        logger.warning("%s: %d document(s) longer than %s characters split at whitespace into pieces of at most that "
+                       "length (the tokenizer's memory grows with a document's length)", path, split,
+                       f"{MAX_DOCUMENT_CHARS:,}")
+
+
+def split_long_text(text: str, limit: int | None = None) -> Iterator[str]:
+    """`text` in pieces of at most `limit` characters (default MAX_DOCUMENT_CHARS), each cut at the last whitespace
+    of its second half (that whitespace character dropped), or at the limit where that half has none."""
+    limit = limit or MAX_DOCUMENT_CHARS
+    start = 0
+    while len(text) - start > limit:
+        end = start + limit
+        cut = max(text.rfind(c, start + limit // 2, end) for c in " \n\t\r\f\v")
+        piece, start = (text[start:cut], cut + 1) if cut > start else (text[start:end], end)
+        if piece.strip():
+            yield piece
+    if text[start:].strip():
+        yield text[start:]
+
+
+def _file_documents(path: Path, fmt: str, text_field: str) -> Iterator[str]:
     if fmt == "parquet":
         yield from _iter_parquet(path, text_field)
     elif fmt == "text":
@@ -238,8 +285,8 @@ def _parquet_batches(parquet, path: Path, text_field: str):
 
 
 def _generate(files: list[str], formats: list[str], text_field: str, max_documents: int | None, stamps: list[str]):
-    """Generator for `Dataset.from_generator`; `stamps` (size and mtime) only make the cache fingerprint change
-    when a file changes."""
+    """Generator for `Dataset.from_generator`; `stamps` (size and content hash) only make the cache fingerprint
+    change when a file changes."""
     count = 0
     for file, fmt in zip(files, formats):
         for text in iter_file_texts(Path(file), fmt, text_field):
@@ -250,8 +297,15 @@ def _generate(files: list[str], formats: list[str], text_field: str, max_documen
 
 
 def _file_stamp(path: Path) -> str:
+    """What the `datasets` cache of a local file is keyed on: its path, size and the sha256 of its content (size
+    and modification time alone miss a same-size edit whose old mtime was kept, `cp -p` or clock skew, and the
+    cache would serve the old text)."""
+    import hashlib
+
     stat = path.stat()
-    return f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+    with open_regular(path, "rb", "data file") as handle:
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+    return f"{path.resolve()}:{stat.st_size}:{digest}"
 
 
 def load_texts(source: TextSource):

@@ -9,8 +9,13 @@ which the model presets assume: `<s>`=0 (bos), `<pad>`=1, `</s>`=2 (eos), `<unk>
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable
+
+from ..regular_files import check_model_folder
+from .sources import MAX_DOCUMENT_CHARS, split_long_text
 
 TASKS = ("causal", "masked")
 SPECIAL_TOKENS = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"}
@@ -96,7 +101,10 @@ def train_bpe_tokenizer(
         nonlocal count
         for text in texts:
             count += 1
-            yield text
+            if len(text) > MAX_DOCUMENT_CHARS:  # (local files are split when read; a Hub data set's documents here)
+                yield from split_long_text(text, MAX_DOCUMENT_CHARS)
+            else:
+                yield text
 
     backend.train_from_iterator(counted(), trainer=trainer)
     if count == 0:
@@ -118,11 +126,36 @@ def train_bpe_tokenizer(
     return tokenizer
 
 
+# files one of which a saved tokenizer folder holds (fast, slow BPE, SentencePiece, WordPiece)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model",
+                   "vocab.txt")
+
+
+def check_tokenizer_source(name_or_path: str | os.PathLike) -> None:
+    """A local tokenizer folder, checked before transformers reads it: it exists (a path that does not is not
+    taken for a Hub id), holds tokenizer files, and its files are regular and its JSON files objects (one line
+    naming the file, instead of a library's traceback or a hang on a FIFO). A Hub id is left to transformers."""
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if not path.exists():
+        if text.startswith(("/", "./", "../", "~")) or text.count("/") > 1 or text.endswith("/"):
+            raise FileNotFoundError(f"tokenizer folder {text!r} does not exist; give a folder written by "
+                                    f"tokenizer.save_pretrained, or a Hub id (namespace/name)")
+        return
+    if not path.is_dir():
+        raise ValueError(f"tokenizer {text!r} is a file; give the folder that holds it (written by save_pretrained)")
+    check_model_folder(path, "tokenizer folder")
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise FileNotFoundError(f"tokenizer folder {path} has no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, "
+                                f"...): save one there with tokenizer.save_pretrained(folder)")
+
+
 def load_pretrained_tokenizer(name_or_path: str, task: str, trust_remote_code: bool = False):
     """An existing tokenizer, completed for training: a causal LM without a pad token pads with eos; a masked LM
     needs a mask token (error otherwise). Its own Python code runs only with `trust_remote_code=True`."""
     from transformers import AutoTokenizer
 
+    check_tokenizer_source(name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     if tokenizer.eos_token is None and task == "causal":
         raise ValueError(f"tokenizer {name_or_path!r} has no eos token to separate packed documents; set one or train a tokenizer")

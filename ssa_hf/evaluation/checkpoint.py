@@ -110,9 +110,14 @@ def hub_snapshot(model: str, revision: str | None = None) -> Path | None:
         return None
 
 
-def checkpoint_info(model: str, is_local: bool, loaded_model=None) -> dict[str, Any]:
-    """Source, weight hash, config and (for ssa-hf models) scoring parameters of a checkpoint."""
+def checkpoint_info(model: str, is_local: bool, loaded_model=None,
+                    weight_problems: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """Source, weight hash, config and (for ssa-hf models) scoring parameters of a checkpoint; `weight_problems`
+    (what `check_loaded_weights` let by under --allow-weight-mismatch / --allow-nonfinite-weights) is recorded, so
+    that `compare` can refuse or mark the result."""
     info: dict[str, Any] = {"source": model, "local": is_local}
+    if weight_problems:
+        info["weight_problems"] = weight_problems
     folder = Path(model) if is_local else hub_snapshot(model)
     if folder is not None:
         try:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..regular_files import read_json
 from ..reporting import OutputDir
 from .config import CompareConfig
 from .checkpoint import default_name
@@ -52,6 +53,14 @@ class CompareResults:
 # ----------------------------------------------------------------------------------------------- loading
 
 
+def _is_number_text(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def extract_perplexities(obj: Any, path: tuple[str, ...] = ()) -> dict[str, float]:
     """Every numeric field named perplexity/ppl (or ending/starting so, e.g. `wikitext_ppl`) -> its value, keyed
     by its path (config-like subtrees are skipped)."""
@@ -61,6 +70,9 @@ def extract_perplexities(obj: Any, path: tuple[str, ...] = ()) -> dict[str, floa
             key = str(key)
             if key.lower() in _SKIP_SUBTREES:
                 continue
+            if _PPL_KEY.search(key) and isinstance(value, str) and _is_number_text(value):
+                raise ValueError(f"field {'/'.join(path + (key,))!r} holds the number {value!r} as text; a perplexity "
+                                 "is a JSON number: regenerate the file or fix it")
             if _PPL_KEY.search(key) and isinstance(value, (int, float)) and not isinstance(value, bool):
                 if "stderr" in key.lower() or "std" == key.lower().rsplit("_", 1)[-1]:
                     continue
@@ -179,6 +191,14 @@ def check_figures(kind: str, result: dict[str, Any], path: Path) -> None:
     def fail(what: str, value: Any) -> None:
         raise ValueError(f"result {path}: {what} is {value!r}, which no evaluation produces; regenerate the file or fix it")
 
+    def number(what: str, value: Any, optional: bool = False) -> float | None:
+        # evaluations write figures as JSON numbers: a string ("1.5"), a bool or a list is refused, not read
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            fail(f"{what} (not a number)", value)
+        return float(value)
+
     if kind == "perplexity":
         for label, value in result["perplexity"].items():
             if math.isnan(value) or value < 1:
@@ -186,15 +206,57 @@ def check_figures(kind: str, result: dict[str, Any], path: Path) -> None:
     elif kind == "lm_eval":
         for task, entry in result["tasks"].items():
             for metric, figure in entry["metrics"].items():
-                value = figure.get("value")
-                if metric.split(",")[0] in _PROPORTIONS and isinstance(value, (int, float)) and not 0 <= value <= 1:
+                value = number(f"{task}/{metric}", figure.get("value"), optional=True)
+                number(f"{task}/{metric} stderr", figure.get("stderr"), optional=True)
+                if metric.split(",")[0] in _PROPORTIONS and value is not None and not 0 <= value <= 1:
                     fail(f"{task}/{metric}", value)
     elif kind == "zorro":
         for paradigm, entry in result["paradigms"].items():
             for method, figure in entry.items():
-                value = figure.get("accuracy") if isinstance(figure, dict) else None
-                if isinstance(value, (int, float)) and not 0 <= value <= 1:
+                if not isinstance(figure, dict):
+                    fail(f"zorro result {paradigm}/{method} (not a mapping)", figure)
+                value = number(f"zorro accuracy {paradigm}/{method}", figure.get("accuracy"))
+                if not 0 <= value <= 1:
                     fail(f"zorro accuracy {paradigm}/{method}", value)
+        for method, value in result["mean"].items():
+            if not 0 <= number(f"zorro mean accuracy {method}", value) <= 1:
+                fail(f"zorro mean accuracy {method}", value)
+
+
+def check_weight_problems(found: dict[str, list[dict[str, Any]]], allow_mismatch: bool = False,
+                          allow_nonfinite: bool = False) -> list[str]:
+    """Results of a model evaluated although its weights were not what its folder said (the evaluation's
+    --allow-weight-mismatch / --allow-nonfinite-weights, recorded as `model.weight_problems`) are refused unless
+    the same option is given here; then each is noted in the report. Returns the notes."""
+    notes = []
+    for kind, runs in found.items():
+        for run in runs:
+            problems = (run.get("model") if isinstance(run.get("model"), dict) else {}).get("weight_problems") or {}
+            if not problems:
+                continue
+            nonfinite = {k: v for k, v in problems.items() if k == "nonfinite"}
+            mismatch = {k: v for k, v in problems.items() if k != "nonfinite"}
+            detail = "; ".join(f"{what} {', '.join(map(str, keys[:3]))}" + (f" (+{len(keys) - 3})" if len(keys) > 3 else "")
+                               for what, keys in problems.items())
+            for problem, allowed, flag in ((mismatch, allow_mismatch, "--allow-weight-mismatch"),
+                                           (nonfinite, allow_nonfinite, "--allow-nonfinite-weights")):
+                if problem and not allowed:
+                    raise ValueError(
+                        f"result {run.get('source_file', run['name'])}: {kind} of {run['name']!r} was run on weights "
+                        f"that are not what its folder says ({detail}), so its figures may come from random or "
+                        f"non-finite weights; evaluate a sound checkpoint, or pass {flag} to compare it anyway")
+            notes.append(f"`{run['name']}` ({kind}) was evaluated on weights that are not what its folder says: {detail}")
+    return notes
+
+
+def weight_problem_lines(found: dict[str, list[dict[str, Any]]], config: CompareConfig) -> list[str]:
+    """The report's warning about results let by with --allow-weight-mismatch / --allow-nonfinite-weights (others
+    are refused by `check_weight_problems`)."""
+    notes = check_weight_problems(found, config.allow_weight_mismatch, config.allow_nonfinite_weights)
+    if not notes:
+        return []
+    return (["Warning: results below come from weights that are not what their folders say:", ""]
+            + [f"- {note}" for note in notes] + [""])
 
 
 def merge_same_weights(found: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -231,7 +293,12 @@ def _classify(data: Any, path: Path) -> list[tuple[str, dict[str, Any]]]:
             return []
         models = {r.get("model") for r in data if isinstance(r, dict) and isinstance(r.get("model"), str)}
         name = default_name(models.pop()) if len(models) == 1 else path.parent.name
-        return [("perplexity", {"kind": "perplexity", "name": name, "perplexity": values, "source": str(path)})]
+        problems: dict[str, list[str]] = {}
+        for record in data:
+            for what, keys in ((record.get("weight_problems") or {}) if isinstance(record, dict) else {}).items():
+                problems.setdefault(what, list(keys))
+        result = {"kind": "perplexity", "name": name, "perplexity": values, "source": str(path)}
+        return [("perplexity", {**result, "model": {"weight_problems": problems}} if problems else result)]
     if not isinstance(data, dict):
         return []
     kind = data.get("kind")
@@ -275,7 +342,7 @@ def load_results(paths: list[str], names: list[str] | None = None) -> dict[str, 
             if file.name in ("eval_samples.json", "probe_scores.json", "compare.json"):
                 continue
             try:
-                data = json.loads(file.read_text())
+                data = read_json(file)  # (a FIFO is refused, never waited on)
             except (json.JSONDecodeError, UnicodeDecodeError) as error:
                 if path.is_file():
                     raise ValueError(f"result {file} is not valid JSON: {error}") from error
@@ -433,7 +500,7 @@ def run_compare(config: CompareConfig) -> CompareResults:
 
     found = load_results(list(config.results), config.names)
     same_weights = merge_same_weights(found)
-    lines = [f"# {config.title}", ""]
+    lines = [f"# {config.title}", ""] + weight_problem_lines(found, config)
     all_runs = found["lm_eval"] + found["zorro"]
     if all_runs:
         lines += ["## Models", "", models_table(all_runs), ""]
@@ -484,7 +551,7 @@ def run_compare(config: CompareConfig) -> CompareResults:
         markdown="\n".join(lines),
     )
     if config.output_dir:
-        out = OutputDir(config.output_dir)
+        out = OutputDir(config.output_dir, writes=["compare.md", "compare.json", *figures])
         for name, figure in figures.items():
             result.files[name] = str(out.save_figure(name, figure))
         result.files["markdown"] = str(out.write_markdown("compare.md", result.markdown))

@@ -85,6 +85,9 @@ class EvalConfig(YamlConfig):
     dtype: auto (the checkpoint's), float32, bfloat16, ... (default auto).
     attn_implementation: ssa_auto (default), ssa_eager, ssa_flex, ssa_blockwise.
     trust_remote_code: allow a checkpoint's own modeling code.
+    allow_weight_mismatch: evaluate a checkpoint whose weight files lack tensors its config.json needs (they
+        would be random) or hold ones it has no place for (refused by default); recorded with the results.
+    allow_nonfinite_weights: evaluate a checkpoint with NaN or infinite weights (refused by default); recorded.
     seed: lm-eval's seeds (default 1234).
     output_dir: folder for eval.json, eval.md, eval.png (default outputs/eval).
     name: display name (default: the folder name).
@@ -104,6 +107,8 @@ class EvalConfig(YamlConfig):
     dtype: str = "auto"
     attn_implementation: str | None = None
     trust_remote_code: bool = False
+    allow_weight_mismatch: bool = False
+    allow_nonfinite_weights: bool = False
     seed: int = 1234
     output_dir: str | None = None
     name: str | None = None
@@ -148,6 +153,8 @@ class ProbeConfig(YamlConfig):
     kind: model kind (default auto, from the config).
     attn_implementation: ssa_auto (default), ssa_eager, ssa_flex, ssa_blockwise.
     trust_remote_code: allow a checkpoint's own modeling code.
+    allow_weight_mismatch: probe a checkpoint whose weight files do not match its config.json (refused by default).
+    allow_nonfinite_weights: probe a checkpoint with NaN or infinite weights (refused by default).
     output_dir: folder for probe.json, probe.md, probe.png (default outputs/probe).
     name: display name (default: the folder name).
     save_scores: also write every pair's scores (probe_scores.json).
@@ -170,6 +177,8 @@ class ProbeConfig(YamlConfig):
     kind: str = field(default="auto", metadata={"choices": ("auto", "mlm", "causal")})
     attn_implementation: str | None = None
     trust_remote_code: bool = False
+    allow_weight_mismatch: bool = False
+    allow_nonfinite_weights: bool = False
     output_dir: str | None = None
     name: str | None = None
     save_scores: bool = False
@@ -221,6 +230,8 @@ class PerplexityConfig(YamlConfig):
     dtype: float32 (default), bfloat16 or float16.
     output_dir: write perplexity.json and perplexity.md here.
     trust_remote_code: allow the model folder's own Python code (not needed for ssa-hf checkpoints).
+    allow_weight_mismatch: evaluate a model whose weight files do not match its config.json (refused by default).
+    allow_nonfinite_weights: evaluate a model with NaN or infinite weights (refused by default).
     """
 
     data: list[str] = field(default_factory=list, metadata={"metavar": "FILE_OR_HUB"})
@@ -239,6 +250,8 @@ class PerplexityConfig(YamlConfig):
     dtype: str = field(default="float32", metadata={"choices": ("float32", "bfloat16", "float16")})
     output_dir: str | None = None
     trust_remote_code: bool = False
+    allow_weight_mismatch: bool = False
+    allow_nonfinite_weights: bool = False
 
     def validate(self) -> "PerplexityConfig":
         """Counts and sizes that cannot run are refused, naming the option."""
@@ -257,9 +270,14 @@ class CompareConfig(YamlConfig):
     names: model names, one per result; an empty entry keeps the name in the file.
     output_dir: folder for compare.md, compare.json, plots (default outputs/compare).
     title: report title.
+    allow_weight_mismatch: include results of a model evaluated although its weights did not match its config
+        (recorded in the result by the evaluation's own option; refused by default).
+    allow_nonfinite_weights: include results of a model evaluated with NaN or infinite weights (refused by default).
     """
 
     results: list[str] = field(default_factory=list)
     names: list[str] | None = None
     output_dir: str | None = None
     title: str = "Model comparison"
+    allow_weight_mismatch: bool = False
+    allow_nonfinite_weights: bool = False

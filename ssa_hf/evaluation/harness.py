@@ -9,6 +9,7 @@ its weights, and each task's chance and majority baselines on the documents that
 
 from __future__ import annotations
 
+import glob
 import logging
 import tempfile
 import time
@@ -17,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..data.tokenizer import check_tokenizer_source
+from ..regular_files import check_model_folder
 from ..reporting import OutputDir
 from .config import DEFAULT_TASKS, EvalConfig, expand_task_names  # noqa: F401  (their home before)
 from .checkpoint import checkpoint_info, default_name, start_model_run
@@ -142,7 +145,7 @@ def task_baselines(tasks: list[str], data_dir: str | None = None, limit: int | f
             if result[name] is not None:
                 result[name]["n_total"] = len(list(task.eval_docs))
     if output_dir:
-        out = OutputDir(output_dir)
+        out = OutputDir(output_dir, writes=["baselines.json", "baselines.md"])
         rows = [[name, b["n"], ", ".join(map(str, b["num_choices"])), b["chance"], b["majority"], b["majority_answer"]]
                 for name, b in result.items() if b]
         import lm_eval
@@ -182,7 +185,7 @@ def data_kind(tasks: dict[str, dict[str, Any]]) -> str:
 
 def load_lm(config: EvalConfig, model: str):
     """The `ssa-hf` lm-eval model for `model`, or a ValueError that says why it cannot be loaded."""
-    from ..hub.folders import PickledWeightsError
+    from ..hub.folders import PickledWeightsError, WeightsError
     from .lm_eval_model import SSAHFLM, MaskedLMError
 
     kwargs = dict(config.model_args)
@@ -197,9 +200,11 @@ def load_lm(config: EvalConfig, model: str):
             dtype=config.dtype,
             batch_size=int(config.batch_size),
             trust_remote_code=config.trust_remote_code,
+            allow_weight_mismatch=config.allow_weight_mismatch,
+            allow_nonfinite_weights=config.allow_nonfinite_weights,
             **kwargs,
         )
-    except (MaskedLMError, PickledWeightsError):
+    except (MaskedLMError, PickledWeightsError, WeightsError):
         raise
     except (OSError, ValueError, ImportError) as error:
         raise ValueError(
@@ -242,8 +247,13 @@ def run_eval(config: EvalConfig) -> EvalResults:
 
     start = time.time()
     model, is_local = start_model_run(config)
+    if is_local:
+        check_model_folder(model)  # (a FIFO, a JSON list, sizes < 1: one line, before transformers reads them)
+    if config.tokenizer:
+        check_tokenizer_source(config.tokenizer)
     name = config.name or default_name(model)
-    out = OutputDir(config.output_dir) if config.output_dir else None
+    out = OutputDir(config.output_dir, writes=["eval*.json", "eval.md", "eval.png", "lm_eval_tasks"]) \
+        if config.output_dir else None
     with tempfile.TemporaryDirectory(prefix="ssa_hf_tasks_") as scratch:
         folder = out.file("lm_eval_tasks") if out is not None else Path(scratch)
         manager = task_manager(config.data_dir, list(config.tasks), folder)
@@ -275,7 +285,7 @@ def run_eval(config: EvalConfig) -> EvalResults:
         raise RuntimeError("lm-eval returned no results (not the main process?)")
     samples = raw.pop("samples", {})
     tasks = _task_entries(raw, samples)
-    model_info = checkpoint_info(model, is_local, lm.model)
+    model_info = checkpoint_info(model, is_local, lm.model, lm.weight_problems)
     results = EvalResults(
         name=name,
         model=model_info,
@@ -338,18 +348,38 @@ def unique_names(models: list[str]) -> list[str]:
     return names
 
 
+def check_run_names(names: list[str], count: int) -> None:
+    """Display names given for several models, each also the name of its results folder (OUT/<name>): one per
+    model, none empty, none twice (one run's eval.json would replace the other's), none a path."""
+    if len(names) != count:
+        raise ValueError(f"--names: {len(names)} names for {count} models")
+    for position, name in enumerate(names, 1):
+        if not str(name).strip():
+            raise ValueError(f"--names: name {position} of {len(names)} is empty; give one name per model "
+                             f"(e.g. --names ssa,softmax)")
+        if name in (".", "..") or "/" in name or "\\" in name or name != name.strip():
+            raise ValueError(f"--names: {name!r} cannot name a results folder (no '/', '\\', '.', '..' or spaces "
+                             f"around it)")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"--names: {', '.join(map(repr, repeated))} given twice; each model needs its own name (its "
+                         f"results go to OUT/<name>)")
+
+
 def run_eval_models(config: EvalConfig, models: list[str], names: list[str] | None = None) -> list[EvalResults]:
     """`run_eval` for each model (each into output_dir/<name> when there are several) and, with output_dir, a
     side-by-side table (eval.md / eval_comparison.json) of all of them."""
     if not models:
         raise ValueError("give at least one model")
-    if names is not None and len(names) != len(models):
-        raise ValueError(f"--names: {len(names)} names for {len(models)} models")
+    if names is not None:
+        check_run_names(names, len(models))
     names = names or unique_names(models)
     if len(models) == 1:
         single = EvalConfig(**{**asdict(config), "model": models[0], "name": config.name or names[0]})
         return [run_eval(single)]
     results = []
+    if config.output_dir:  # each model's folder checked before any is written (a link there is refused)
+        OutputDir(config.output_dir, writes=["eval_comparison.json", "eval.md", "eval.png", *map(glob.escape, names)])
     for model, name in zip(models, names):
         sub_out = str(Path(config.output_dir) / name) if config.output_dir else None
         results.append(run_eval(EvalConfig(**{**asdict(config), "model": model, "name": name, "output_dir": sub_out})))

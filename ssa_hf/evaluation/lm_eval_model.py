@@ -19,7 +19,7 @@ from lm_eval.models.huggingface import HFLM
 
 import ssa_hf  # noqa: F401  (registers the ssa-hf configs and models with transformers' Auto classes)
 
-from ..hub.folders import refuse_stock_class_for_scoring_weights, safe_weights_kwargs
+from ..hub.folders import check_loaded_weights, refuse_stock_class_for_scoring_weights, safe_weights_kwargs
 
 LM_EVAL_MODEL_NAME = "ssa-hf"
 
@@ -49,13 +49,30 @@ def is_masked_lm_config(config) -> bool:
     return model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 
+class _LoadingRecorder:
+    """Stands in for HFLM's Auto class while it loads: `from_pretrained` also keeps transformers' loading info."""
+
+    def __init__(self, auto_class):
+        self.auto_class, self.loading_info = auto_class, None
+
+    def from_pretrained(self, *args, **kwargs):
+        model, self.loading_info = self.auto_class.from_pretrained(*args, output_loading_info=True, **kwargs)
+        return model
+
+    def __getattr__(self, name):
+        return getattr(self.auto_class, name)
+
+
 @register_model(LM_EVAL_MODEL_NAME)
 class SSAHFLM(HFLM):
     """lm-eval's HFLM for ssa-hf causal LMs (and any other causal LM transformers can load)."""
 
-    def __init__(self, pretrained, device: str | None = None, backend: str = "causal", **kwargs):
+    def __init__(self, pretrained, device: str | None = None, backend: str = "causal", allow_weight_mismatch: bool = False,
+                 allow_nonfinite_weights: bool = False, **kwargs):
         from ..devices import resolve_device
 
+        self._allow = {"allow_mismatch": allow_weight_mismatch, "allow_nonfinite": allow_nonfinite_weights}
+        self.weight_problems: dict[str, list[str]] = {}
         device = resolve_device(device)
         if backend != "causal":
             raise ValueError(f"model {LM_EVAL_MODEL_NAME!r}: backend must be 'causal' (got {backend!r})")
@@ -66,6 +83,17 @@ class SSAHFLM(HFLM):
             kwargs.update(safe_weights_kwargs(pretrained, kwargs.get("trust_remote_code", False)))
             refuse_stock_class_for_scoring_weights(pretrained, kwargs.get("trust_remote_code", False))
         super().__init__(pretrained=pretrained, device=device, backend=backend, **kwargs)
+
+    def _create_model(self, pretrained, *args, **kwargs):
+        """HFLM's loading, with transformers' loading report kept: the weights are checked (`check_loaded_weights`)
+        before anything is scored."""
+        auto_class, recorder = self.AUTO_MODEL_CLASS, _LoadingRecorder(self.AUTO_MODEL_CLASS)
+        self.AUTO_MODEL_CLASS = recorder
+        try:
+            super()._create_model(pretrained, *args, **kwargs)
+        finally:
+            self.AUTO_MODEL_CLASS = auto_class
+        self.weight_problems = check_loaded_weights(self._model, pretrained, recorder.loading_info, **self._allow)
 
     def _get_config(self, pretrained, *args, **kwargs):
         super()._get_config(pretrained, *args, **kwargs)

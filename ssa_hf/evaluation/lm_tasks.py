@@ -45,8 +45,10 @@ from pathlib import Path
 from typing import Any
 
 from ..data.sources import iter_jsonl_records, iter_lines
+from ..regular_files import read_json
 from ..reporting import atomic_write_bytes, atomic_write_json
 from .config import did_you_mean
+from .task_yaml import FunctionRef, dump_task_yaml, load_function, module_definition
 
 #: The tag every local task carries: `--tasks ssa_hf_local` runs all of them.
 LOCAL_TAG = "ssa_hf_local"
@@ -78,6 +80,9 @@ class LocalTask:
     bundled: bool = True
     # what a record must hold for the stock prompt: returns what is wrong with one record, or None
     check: Callable[[dict[str, Any]], str | None] | None = None
+    # a module of this package whose DEFINITION (and FUNCTIONS, the keys naming its functions) replaces the stock
+    # YAML's include: for a stock task whose own code cannot load under the pinned libraries (ReCoRD)
+    definition: str | None = None
 
 
 # ----------------------------------------------------------------------------------------- record checks
@@ -112,6 +117,9 @@ def _check_arc(record: dict[str, Any]) -> str | None:
         return problem
     if len(choices["text"]) != len(choices["label"]):
         return f"choices.text has {len(choices['text'])} entries but choices.label {len(choices['label'])}"
+    repeated = sorted({label for label in choices["label"] if choices["label"].count(label) > 1})
+    if repeated:  # the answer key would name two choices; lm-eval would score the first
+        return f"choices.label {choices['label']} names {', '.join(map(repr, repeated))} twice"
     if record["answerKey"] not in choices["label"]:
         return f"answerKey {record['answerKey']!r} is not one of choices.label {choices['label']}"
     return None
@@ -265,7 +273,10 @@ LOCAL_TASKS: dict[str, LocalTask] = {
         "SuperGLUE CommitmentBank val.jsonl (the 56 questions of super_glue/cb validation; acc and f1)", bundled=False),
     "record": _validation_task(
         "record", "super_glue/record/default.yaml", "record/val.jsonl", _check_record,
-        "SuperGLUE ReCoRD val.jsonl in the Hub layout (passage, query, entities, answers; f1 and em)", bundled=False),
+        "SuperGLUE ReCoRD val.jsonl in the Hub layout (passage, query, entities, answers; f1 and em); scored by "
+        "ssa_hf.evaluation.record_task (the stock prompt, SQuAD-style f1 / em of this package: the stock scorer "
+        "imports transformers.data.metrics.squad_metrics, which transformers 5 removed)", bundled=False,
+        definition="ssa_hf.evaluation.record_task"),
 }
 
 #: The eight lm-eval tasks of the paper's table (REFERENCE.md section 4), in its order; `--tasks paper` runs them.
@@ -302,6 +313,11 @@ def stock_version(task: LocalTask) -> Any:
     return (load_yaml(stock_yaml_path(task), resolve_func=False).get("metadata") or {}).get("version")
 
 
+def own_definition(task: LocalTask) -> dict[str, Any]:
+    """What replaces the stock YAML: `include` of the stock definition, or this package's own (`definition`)."""
+    return {"include": str(stock_yaml_path(task))} if task.definition is None else module_definition(task.definition)
+
+
 def resolve_files(task: LocalTask, data_dir: str | Path) -> dict[str, Path]:
     """The task's data files under `data_dir`, or a FileNotFoundError naming each missing file."""
     data_dir = Path(data_dir).expanduser().resolve()
@@ -328,7 +344,7 @@ def local_task_config(task: LocalTask, data_dir: str | Path, folder: Path) -> di
     if task.eval_split not in files:
         raise ValueError(f"{task.name}: the stock task reports on {task.eval_split!r}, which the local files lack")
     config: dict[str, Any] = {
-        "include": str(stock_yaml_path(task)),
+        **own_definition(task),
         "task": task.name,
         "tag": [LOCAL_TAG],
         "dataset_path": "json",
@@ -410,13 +426,15 @@ def has_local_copy(task: LocalTask, data_dir: str | Path) -> bool:
 
 
 def hub_task_config(task: LocalTask) -> dict[str, Any]:
-    """The stock task unchanged (it reads the Hub), for a run whose other tasks read local files."""
-    return {
-        "include": str(stock_yaml_path(task)),
-        "task": task.name,
-        "tag": [LOCAL_TAG],
-        "metadata": {"version": stock_version(task), "local_data_note": "no local copy: read from the Hub"},
-    }
+    """The stock task unchanged (it reads the Hub), for a run whose other tasks read local files; a task with its
+    own definition reads the stock task's Hub data set through it."""
+    config = {**own_definition(task), "task": task.name, "tag": [LOCAL_TAG]}
+    if task.definition is not None:
+        path, name = stock_dataset(task)
+        config.update(dataset_path=path, dataset_name=name, validation_split=task.eval_split)
+    config["metadata"] = {"version": stock_version(task), "local_data_note": "no local copy: read from the Hub"
+                          + (f"; {task.note}" if task.definition else "")}
+    return config
 
 
 TASKS_MANIFEST = "ssa_hf_tasks.json"  # the files ssa-hf wrote into a task folder, with their sha256
@@ -437,13 +455,13 @@ def fresh_task_folder(folder: Path) -> Path:
         if not folder.is_dir():
             raise ValueError(f"task folder {folder} is a file; remove it or use another output folder")
         try:
-            written = json.loads((folder / TASKS_MANIFEST).read_text(encoding="utf-8"))["files"]
+            written = read_json(folder / TASKS_MANIFEST)["files"]  # (a FIFO there is refused, never waited on)
         except (OSError, ValueError, KeyError, TypeError):
             written = {}
         foreign = []
         for path in sorted(folder.rglob("*")):
             name = path.relative_to(folder).as_posix()
-            if path.is_symlink() or (path.is_file() and name != TASKS_MANIFEST
+            if path.is_symlink() or not (path.is_file() or path.is_dir()) or (path.is_file() and name != TASKS_MANIFEST
                                      and (not isinstance(written, dict) or written.get(name) != _digest(path))):
                 foreign.append(name)
         if foreign:
@@ -491,27 +509,47 @@ def write_local_tasks(data_dir: str | Path, folder: str | Path, tasks: list[str]
         else:
             config = local_task_config(LOCAL_TASKS[name], data_dir, folder)
             header = "# written by ssa-hf: lm-eval's stock task, reading local files\n"
-        text = header + yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
+        text = header + dump_task_yaml(config)
         atomic_write_bytes(folder / f"{name}.yaml", text.encode())
+    return _write_manifest(folder)
+
+
+def _write_manifest(folder: Path) -> Path:
     files = {p.relative_to(folder).as_posix(): _digest(p) for p in sorted(folder.rglob("*")) if p.is_file()}
     atomic_write_json(folder / TASKS_MANIFEST, {"written_by": "ssa-hf eval", "files": files})
     return folder
 
 
 def check_task_code(names: list[str]) -> None:
-    """A ValueError for a task whose stock lm-eval code cannot load with the installed libraries: lm-eval 0.4.13's
-    ReCoRD scorer imports transformers.data.metrics.squad_metrics, which transformers 5 removed."""
-    if "record" in names:
-        try:
-            import transformers.data.metrics.squad_metrics  # noqa: F401
-        except ImportError:
-            import transformers
+    """A ValueError for a task whose code cannot load with the installed libraries: the stock definition is loaded
+    with its `!function` code imported (lm-eval 0.4.13's stock ReCoRD scorer, for one, imports
+    transformers.data.metrics.squad_metrics, which transformers 5 removed: `record` is therefore scored by this
+    package's own definition, ssa_hf.evaluation.record_task). Tasks this package does not know: nothing."""
+    from lm_eval.tasks._yaml_loader import load_yaml
 
-            raise ValueError(
-                f"lm-eval task 'record' (ReCoRD) cannot run here: lm-eval's record/util.py imports "
-                f"transformers.data.metrics.squad_metrics, which transformers {transformers.__version__} no longer has. "
-                "Run it with transformers < 5 in another environment, or leave it out (--tasks paper without record: "
-                "--tasks arc_easy,arc_challenge,boolq,hellaswag,winogrande,copa,cb)") from None
+    problems = []
+    for task in [LOCAL_TASKS[name] for name in names if name in LOCAL_TASKS]:
+        try:
+            if task.definition is None:
+                load_yaml(stock_yaml_path(task), resolve_func=True)
+            for function in [f for f in own_definition(task).values() if isinstance(f, FunctionRef)]:
+                load_function(function)
+        except (ImportError, AttributeError, FileNotFoundError) as error:
+            problems.append(f"lm-eval task {task.name!r} cannot load its code here ({error}); leave it out of the "
+                            "tasks, or run it where the installed libraries support it")
+    if problems:
+        raise ValueError("\n".join(problems))
+
+
+def _own_hub_tasks(tasks: list[str], folder: str | Path) -> Path:
+    """A folder holding this package's own definitions of `tasks` reading the Hub (they take precedence over the
+    stock tasks of the same name in a TaskManager that indexes it)."""
+    folder = Path(folder).expanduser()
+    folder = fresh_task_folder(folder.parent.resolve() / folder.name)
+    for name in tasks:
+        text = "# written by ssa-hf: its own definition of the task, reading the Hub\n"
+        atomic_write_bytes(folder / f"{name}.yaml", (text + dump_task_yaml(hub_task_config(LOCAL_TASKS[name]))).encode())
+    return _write_manifest(folder)
 
 
 def task_manager(data_dir: str | Path | None, tasks: list[str], folder: str | Path | None = None):
@@ -527,7 +565,10 @@ def task_manager(data_dir: str | Path | None, tasks: list[str], folder: str | Pa
         include = write_local_tasks(data_dir, folder, tasks)
         # only the local tasks: faster to index, and a stock task can never be picked up by mistake
         return TaskManager(include_path=str(include), include_defaults=False)
-    manager = TaskManager()
+    own = [name for name in tasks if name in LOCAL_TASKS and LOCAL_TASKS[name].definition is not None]
+    if own and folder is None:
+        raise ValueError(f"task_manager: a folder for the task YAMLs of {own} is needed")
+    manager = TaskManager(include_path=str(_own_hub_tasks(own, folder))) if own else TaskManager()
     unknown = [name for name in tasks if name not in manager.all_tasks]
     if unknown:
         raise ValueError(

@@ -22,7 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from ..data.sources import TextSource, iter_texts
-from ..hub.folders import refuse_stock_class_for_scoring_weights, safe_weights_kwargs
+from ..hub.folders import load_checked, refuse_stock_class_for_scoring_weights, safe_weights_kwargs
+from ..data.tokenizer import check_tokenizer_source
+from ..regular_files import check_model_folder
 from ..reporting import OutputDir, markdown_table
 from .config import PerplexityConfig
 
@@ -44,6 +46,7 @@ class PerplexityResult:
     seed: int
     dtype: str
     device: str
+    weight_problems: dict[str, list[str]] | None = None  # what --allow-weight-mismatch / --allow-nonfinite-weights let by
 
     def row(self) -> list[Any]:
         return [self.data, self.windows, self.window_length, self.tokens_scored, self.corpus_tokens,
@@ -225,6 +228,8 @@ def evaluate_perplexity(model_path: str, data: str | list[str] | None = None, *,
     from .checkpoint import check_tokenizer, is_causal_lm_config, resolve_model
 
     trust = config.trust_remote_code
+    resolve_model(model_path)  # (a path that does not exist is not taken for a Hub id: one line)
+    check_model_folder(model_path)  # (a FIFO, a JSON list, sizes < 1: one line, before transformers reads them)
     weights = safe_weights_kwargs(model_path, trust)  # (a folder of pickled weights: one line, before any other work)
     refuse_stock_class_for_scoring_weights(model_path, trust)
     if Path(model_path).exists():
@@ -242,9 +247,15 @@ def evaluate_perplexity(model_path: str, data: str | list[str] | None = None, *,
     from ..devices import resolve_device
 
     device = resolve_device(config.device)
+    if config.tokenizer:
+        check_tokenizer_source(config.tokenizer)  # (a missing folder, a FIFO: one line)
     tokenizer = AutoTokenizer.from_pretrained(config.tokenizer or model_path, trust_remote_code=trust)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype, trust_remote_code=trust,
-                                                 **weights).to(device)
+    try:
+        model, weight_problems = load_checked(AutoModelForCausalLM, model_path, config, dtype=torch_dtype,
+                                              trust_remote_code=trust, **weights)  # (weights as they say, or refused)
+    except OSError as error:  # transformers' "no file named model.safetensors ..." and the like: one line
+        raise ValueError(f"cannot load model {model_path!r}: {' '.join(str(error).split())}") from None
+    model = model.to(device)
     results = []
     for texts, description in sources:
         stream, documents = corpus_token_stream(tokenizer, texts, progress=progress)
@@ -259,10 +270,10 @@ def evaluate_perplexity(model_path: str, data: str | list[str] | None = None, *,
             distinct_windows=int(len(set(starts.tolist()))), window_length=window_length, tokens_scored=scored,
             corpus_tokens=int(len(stream)), corpus_documents=documents, mean_nll=mean_nll,
             perplexity=math.exp(mean_nll) if mean_nll < 700 else float("inf"), seed=config.seed, dtype=config.dtype,
-            device=str(device),
+            device=str(device), weight_problems=weight_problems,
         ))
     if config.output_dir is not None:
-        out = OutputDir(config.output_dir)
+        out = OutputDir(config.output_dir, writes=["perplexity.json", "perplexity.md"])
         out.write_json("perplexity.json", [asdict(r) for r in results])
         out.write_markdown(
             "perplexity.md",

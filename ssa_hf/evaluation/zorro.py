@@ -27,6 +27,8 @@ import torch
 
 from ..data.corpus import pad_rows
 from ..data.sources import iter_lines
+from ..data.tokenizer import check_tokenizer_source
+from ..regular_files import check_model_folder
 from ..reporting import OutputDir
 from .config import SCORING_METHODS, TIE_RULES, ProbeConfig, check_dtype, did_you_mean
 from .checkpoint import checkpoint_info, default_name, start_model_run
@@ -102,7 +104,9 @@ def resolve_zorro_dir(zorro_dir: str | Path, version: str = "sentences") -> Path
 def load_paradigm(path: str | Path, limit: int | None = None) -> list[tuple[str, str]]:
     """(ungrammatical, grammatical) pairs: odd lines are ungrammatical, even lines grammatical (1-based)."""
     path = Path(path)
-    lines = [line.strip() for _, line in iter_lines(path)]
+    # a byte-order mark (files saved by some Windows editors) is not part of the first sentence: as a character it
+    # would change that sentence's tokens and scores
+    lines = [(line.removeprefix("\ufeff") if number == 1 else line).strip() for number, line in iter_lines(path)]
     while lines and not lines[-1]:
         lines.pop()
     if not lines:
@@ -296,7 +300,7 @@ def load_probe_model(config: ProbeConfig, model: str):
     import ssa_hf  # noqa: F401  (registers the ssa-hf model classes)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
-    from ..hub.folders import refuse_stock_class_for_scoring_weights, safe_weights_kwargs
+    from ..hub.folders import WeightsError, load_checked, refuse_stock_class_for_scoring_weights, safe_weights_kwargs
     from .lm_eval_model import is_masked_lm_config
 
     hint = " (a checkpoint folder needs config.json, weights and a tokenizer; a Hub id needs network access or a cached copy)"
@@ -309,9 +313,14 @@ def load_probe_model(config: ProbeConfig, model: str):
     except (OSError, ValueError, ImportError) as error:
         raise ValueError(f"cannot load model {model!r}: {error}{hint}") from error
     refuse_stock_class_for_scoring_weights(model, config.trust_remote_code)
-    kind = config.kind
-    if kind == "auto":
-        kind = "mlm" if is_masked_lm_config(model_config) else "causal"
+    detected = "mlm" if is_masked_lm_config(model_config) else "causal"
+    kind = detected if config.kind == "auto" else config.kind
+    if kind != detected:  # the other head on this body: a bidirectional "causal" model, a masked head from nothing
+        what = {"mlm": "a masked LM (every token sees those after it)", "causal": "a causal LM"}
+        raise ValueError(
+            f"--kind {kind}: {model} is {what[detected]} ({type(model_config).__name__}); scoring it as "
+            f"{'a causal' if kind == 'causal' else 'a masked'} LM would give meaningless results. Use --kind "
+            f"{detected} (or auto)")
     auto_class = AutoModelForMaskedLM if kind == "mlm" else AutoModelForCausalLM
     dtype = config.dtype if config.dtype == "auto" else getattr(torch, check_dtype(config.dtype))
     kwargs: dict[str, Any] = {"trust_remote_code": config.trust_remote_code, "dtype": dtype,
@@ -319,11 +328,14 @@ def load_probe_model(config: ProbeConfig, model: str):
     if config.attn_implementation:
         kwargs["attn_implementation"] = config.attn_implementation
     try:
-        loaded = auto_class.from_pretrained(model, **kwargs)
+        loaded, weight_problems = load_checked(auto_class, model, config, **kwargs)
+    except WeightsError:
+        raise  # (its own message names the tensor and the option)
     except (OSError, EnvironmentError) as error:
         raise ValueError(f"cannot load model {model!r} as {auto_class.__name__}: {error}{hint}") from error
     except ValueError as error:
         raise ValueError(f"cannot load model {model!r} as {auto_class.__name__} (kind={kind}): {error}") from error
+    loaded.weight_problems = weight_problems  # (recorded in probe.json)
     loaded.to(device).eval()
     return loaded, tokenizer, kind
 
@@ -344,6 +356,10 @@ def run_probe(config: ProbeConfig, progress: bool = True) -> ProbeResults:
 
         config = replace(config, threads=free_cpu_threads())
     model_name, is_local = start_model_run(config)
+    if is_local:
+        check_model_folder(model_name)  # (a FIFO, a JSON list, sizes < 1: one line, before transformers reads them)
+    if config.tokenizer:
+        check_tokenizer_source(config.tokenizer)
     folder = resolve_zorro_dir(config.zorro_dir, config.version)
     data = load_zorro(folder, config.paradigms, config.limit)
     model, tokenizer, kind = load_probe_model(config, model_name)
@@ -396,7 +412,7 @@ def run_probe(config: ProbeConfig, progress: bool = True) -> ProbeResults:
         settings["prefix_token"] = causal_prefix(tokenizer)[1]
     results = ProbeResults(
         name=name,
-        model=checkpoint_info(model_name, is_local, model),
+        model=checkpoint_info(model_name, is_local, model, getattr(model, "weight_problems", None)),
         settings=settings,
         versions={"transformers": transformers.__version__, "torch": torch.__version__, "ssa_hf": ssa_hf.__version__},
         paradigms=paradigms,
@@ -404,7 +420,7 @@ def run_probe(config: ProbeConfig, progress: bool = True) -> ProbeResults:
         wall_time_s=round(time.time() - start, 2),
     )
     if config.output_dir:
-        write_probe_results(OutputDir(config.output_dir), results, pair_scores if config.save_scores else None)
+        write_probe_results(OutputDir(config.output_dir, writes=["probe*.json", "probe.md", "probe.png"]), results, pair_scores if config.save_scores else None)
     return results
 
 

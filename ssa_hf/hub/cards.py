@@ -34,6 +34,15 @@ DEFAULT_TEMPLATE = "ssa_model_card.md"
 CARD_INPUTS_FILE = "ssa_hf_card.json"  # what the card was rendered from, so that push can render it again
 REPO_ID_PLACEHOLDER = "path/to/this/checkpoint"
 TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json")  # a folder with either has a tokenizer
+# the same URLs as pyproject.toml's [project.urls] (a test keeps them equal); a card on the Hub links absolutely
+REPOSITORY_URL = "https://github.com/ssa-hf/ssa-hf"
+PAPER_URL = "https://arxiv.org/abs/2508.14685"
+INSTALL_LINE = f"pip install git+{REPOSITORY_URL}"
+
+
+def docs_url(page: str) -> str:
+    """The absolute address of a page of the repository's docs/ (relative links break on the Hub)."""
+    return f"{REPOSITORY_URL}/blob/main/docs/{page}"
 
 # read from the family table (ssa_hf/models/families.py)
 PIPELINE_TAGS = {name: task.pipeline_tag for name, task in TASKS.items()}
@@ -111,15 +120,32 @@ def _kv_table(data: Mapping[str, Any]) -> str:
     return markdown_table(["", ""], [[_cell(key), _cell(value)] for key, value in data.items()])
 
 
+def _documents(r: EvaluationResult) -> str:
+    if r.documents is None:
+        return "not given"
+    return f"{r.documents:,} of {r.documents_total:,}" if r.documents_total is not None else f"{r.documents:,}"
+
+
 def _evaluation_table(results: Sequence[EvaluationResult]) -> str:
     rows = []
     for r in results:
         baselines = ", ".join(f"{k} {format_value(v)}" for k, v in sorted(r.baselines.items())) or "not given"
         rows.append([_cell(r.task), _cell(r.dataset or ""), _cell(r.split or ""), _cell(r.metric), format_value(r.value),
                      format_value(r.stderr) if r.stderr is not None else "",
-                     r.num_fewshot if r.num_fewshot is not None else "not given", _cell(baselines), _cell(r.source or "")])
-    return markdown_table(["task", "data set", "split", "metric", "value", "stderr", "num_fewshot", "baselines",
-                           "source"], rows)
+                     r.num_fewshot if r.num_fewshot is not None else "not given", _documents(r), _cell(baselines),
+                     _cell(r.source or "")])
+    return markdown_table(["task", "data set", "split", "metric", "value", "stderr", "num_fewshot", "documents",
+                           "baselines", "source"], rows)
+
+
+def _subset_note(results: Sequence[EvaluationResult]) -> str:
+    """One sentence per task scored on a subset (lm-eval's --limit), empty when every task used its whole split."""
+    subsets = {r.task: r for r in results if r.is_subset}
+    if not subsets:
+        return ""
+    parts = ", ".join(f"{task} on {r.documents:,} of its {r.documents_total:,} documents" for task, r in subsets.items())
+    return (f"**These scores come from a subset** (lm-eval's `--limit`): {parts}. They are noisier than full-split "
+            f"scores and not comparable with published figures.\n\n")
 
 
 def _eval_results_metadata(results: Sequence[EvaluationResult], pipeline_tag: str):
@@ -190,6 +216,54 @@ def _card_summary(config, spec: FamilySpec, task: str, parameters: int) -> str:
     return f"{model} whose attention uses {summary_scoring} in place of softmax."
 
 
+def _attention_text(config) -> str:
+    """What each `attn_implementation` runs for this checkpoint (the alias table of docs/models.md)."""
+    aliases = getattr(config, "attn_implementation_aliases", None)
+    if config.uses_softmax_only and aliases == {}:
+        return ("This softmax model has no implementation aliases (`attn_implementation_aliases={}`): transformers' "
+                "standard names (`\"sdpa\"`, `\"eager\"`, `\"flash_attention_2\"`) run transformers' own softmax "
+                "implementations, and ssa-hf's (`\"ssa_auto\"`, `\"ssa_eager\"`) remain available.")
+    text = ("The model runs its attention through ssa-hf's own implementations of its scoring function, never through "
+            "softmax: the default and `attn_implementation=\"sdpa\"` run `ssa_auto` (the fast backend for the device), "
+            "`\"eager\"` runs `ssa_eager` (materialised weights; `output_attentions=True` returns them) and "
+            "`\"flex_attention\"` runs `ssa_flex`; `model.config._attn_implementation` shows what runs. ")
+    if config.uses_softmax_only:
+        text += ("As a softmax model it also accepts transformers' softmax kernels (`\"flash_attention_2\"`, paged "
+                 "attention).")
+    else:
+        text += ("transformers' softmax kernels (`\"flash_attention_2\"`, paged attention) are refused with a message, "
+                 "since they cannot compute this scoring function.")
+    return text + f" Details: [attention implementations]({docs_url('models.md')})."
+
+
+def _training_summary(training_info: Mapping[str, Any]) -> str:
+    """One paragraph saying how the weights were trained, generated from the run's record."""
+    if not training_info:
+        return "How it was trained: not recorded (no training information was given when this card was written)."
+    get = training_info.get
+    parts = [f"How it was trained: with {get('trained_with') or 'an unrecorded trainer'}"]
+    if get("uptrained_from"):
+        parts.append(f" (the weights it started from: {get('uptrained_from')})")
+    if get("steps") is not None:
+        tokens = f" ({get('tokens'):,} tokens)" if isinstance(get("tokens"), int) else ""
+        parts.append(f", for {get('steps'):,} steps{tokens}")
+    if get("data"):
+        parts.append(f" on {get('data')}")
+    shape = [f"{k.replace('_', ' ')} {get(k)}" for k in ("sequence_length", "global_batch_size", "learning_rate")
+             if get(k) is not None]
+    if shape:
+        parts.append(f"; {', '.join(shape)}")
+    if get("processes"):
+        parts.append(f"; {get('processes')} process{'es' if get('processes') != 1 else ''}")
+    if get("mixed_precision"):
+        parts.append(f", mixed precision {get('mixed_precision')}")
+    parts.append(". ")
+    if get("validation_loss") is not None:
+        parts.append(f"Validation loss at the end: {get('validation_loss')}. ")
+    parts.append(f"Every recorded setting is in the table below; the training guide: [pretraining]({docs_url('pretraining.md')}).")
+    return "".join(parts)
+
+
 def _training_and_evaluation(training_info: dict, results: Sequence[EvaluationResult]) -> tuple[str, str]:
     if training_info:
         training_section = _kv_table(training_info)
@@ -198,8 +272,10 @@ def _training_and_evaluation(training_info: dict, results: Sequence[EvaluationRe
                             "randomly initialised or converted without fine-tuning.")
     if results:
         evaluation_section = (
-            "Scores as reported to the card renderer; `num_fewshot` is the number of in-context examples and the "
-            "baselines are chance and majority-class rates where known.\n\n" + _evaluation_table(results))
+            _subset_note(results)
+            + "Scores as reported to the card renderer; `num_fewshot` is the number of in-context examples, "
+            "`documents` how many of the split's documents were scored, and the baselines are chance and "
+            "majority-class rates where known.\n\n" + _evaluation_table(results))
     else:
         evaluation_section = "No evaluation results were given when this card was written."
     return training_section, evaluation_section
@@ -216,7 +292,7 @@ def _limitations(config, conversion, results) -> str:
         limitations.append(
             "The scoring parameters start softmax-matched (small b, n = 1/b): until training moves b and n, this "
             "model computes its source's softmax attention (within the tolerance in the conversion table), not "
-            "SSA's polynomial weighting; see docs/uptraining.md.")
+            f"SSA's polynomial weighting; see [uptraining]({docs_url('uptraining.md')}).")
     elif conversion and not config.uses_softmax_only:
         limitations.append(
             f"The weights were trained with another attention scoring function ({conversion.get('source_class', 'the source')}"
@@ -322,6 +398,11 @@ def render_model_card(
         card_data,
         template_path=str(template_path),
         title=model_name,
+        repository_url=REPOSITORY_URL,
+        paper_url=PAPER_URL,
+        install_line=INSTALL_LINE,
+        attention_text=_attention_text(config),
+        training_summary=_training_summary(training_info),
         summary=_card_summary(config, spec, task, count_parameters(config, task)),
         ssa_hf_version=__version__,
         base_preset=base_preset,
@@ -434,4 +515,4 @@ def _card_inputs(card_kwargs: Mapping[str, Any]) -> dict:
     return inputs
 
 
-__all__ = ["BIBTEX", "render_model_card", "validate_model_card", "write_model_card"]
+__all__ = ["BIBTEX", "PAPER_URL", "REPOSITORY_URL", "render_model_card", "validate_model_card", "write_model_card"]

@@ -17,10 +17,11 @@ import torch
 
 from ..models.families import FAMILIES, FamilySpec, source_families
 from ..presets import check_config_fields, config_field_names
-from ..reporting import DestinationExistsError, atomic_folder, atomic_write_json
+from ..reporting import atomic_folder, atomic_write_json, check_replaceable, refuse_overlap
 from ..models.settings import OLD_NAMES
+from ..regular_files import check_model_folder
 from .cards import SCORING_FIELDS, card_template, scoring_settings, write_model_card
-from .folders import read_config_json, safe_weights_kwargs
+from .folders import check_loaded_weights, read_config_json, safe_weights_kwargs
 from .matched import INITS, MATCHED_B, check_matched_request, matched_settings, matched_tolerance
 
 logger = logging.getLogger("ssa_hf.hub")
@@ -159,11 +160,10 @@ class _Source:
 
 def _check_request(src: Path, dst: Path, dtype: str, overwrite: bool, scoring_kwargs: dict) -> None:
     if not src.is_dir():
-        raise FileNotFoundError(f"source checkpoint folder {str(src)!r} does not exist")
-    if dst == src or src in dst.parents:
-        raise ValueError(f"destination {dst} must be outside the source folder {src}")
-    if dst.exists() and not overwrite:
-        raise DestinationExistsError(f"{dst} already exists; remove it or pass overwrite=True")
+        raise FileNotFoundError(f"source checkpoint folder {str(src)!r} "
+                                f"{'is a file, not a folder' if src.exists() else 'does not exist'}")
+    refuse_overlap(dst, [src])  # (SRC inside DST too: replacing DST would delete the source)
+    check_replaceable(dst, overwrite, CONVERSION_FILE)  # (a link, or a folder convert did not write: refused)
     if dtype != "auto" and dtype not in DTYPES:
         raise ValueError(f"dtype must be 'auto' or one of {list(DTYPES)}, got {dtype!r}")
     unknown = sorted(set(scoring_kwargs) - SCORING_FIELDS - set(OLD_NAMES))  # old names (ssa_granularity) still work
@@ -176,6 +176,7 @@ def _read_source(src: Path) -> _Source:
     """The source's model_type and architecture, checked against the family table, and the model loaded."""
     import transformers
 
+    check_model_folder(src)  # (a FIFO, a JSON list, sizes < 1: one line, before transformers reads them)
     raw = read_config_json(src)
     model_type = raw.get("model_type")
     sources = source_families()
@@ -200,6 +201,7 @@ def _read_source(src: Path) -> _Source:
             src, dtype=torch.float32, attn_implementation="eager", output_loading_info=True, **safe)
     source.model.eval()
     source.dropped = _check_source_weights(source, src, info)
+    check_loaded_weights(source.model, src, offer_flags=False)  # non-finite weights are never converted
     return source
 
 
@@ -320,7 +322,7 @@ def _refuse_link_out(src: Path, path: Path) -> None:
 def _write_converted(target, src: Path, dst: Path, result: ConversionResult, *, overwrite: bool, card: bool,
                      base_model: str | None, license: str | None) -> None:
     """The converted model, tokenizer files, conversion record and card, appearing at `dst` at once."""
-    with atomic_folder(dst, overwrite=overwrite) as tmp:
+    with atomic_folder(dst, overwrite=overwrite, sources=[src], owner_file=CONVERSION_FILE) as tmp:
         target.save_pretrained(tmp)
         for name in TOKENIZER_FILES:
             if (src / name).is_file():
@@ -374,7 +376,8 @@ def convert_checkpoint(
     the source's softmax, b = `matched_b` (default `matched.MATCHED_B`) and n = 1 / b, its outputs checked against
     the source's within `matched.MATCHED_TOLERANCE` (see ssa_hf/hub/matched.py and docs/uptraining.md).
     """
-    src, dst = Path(src).resolve(), Path(dst).resolve()
+    # DST is never resolved: a link there is refused (by the checks below), not followed
+    src, dst = Path(src).resolve(), Path(os.path.abspath(dst))
     _check_request(src, dst, dtype, overwrite, scoring_kwargs)
     init_record = _init_settings(init, matched_b, attention_scoring, scoring_kwargs, check_outputs)
     if init == "matched":

@@ -71,11 +71,37 @@ def safe_weights_kwargs(model: str | os.PathLike, trust_remote_code: bool = Fals
     return {"use_safetensors": True}
 
 
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+
+
+def check_weight_index(folder: Path) -> None:
+    """Refuse a safetensors index (model.safetensors.index.json) whose weight map names a shard that is not a
+    `.safetensors` file of this folder: transformers would open a `.bin` shard it names with torch's (restricted)
+    unpickler despite `use_safetensors=True`, and a path with a folder in it reads outside the checkpoint."""
+    path = folder / SAFETENSORS_INDEX
+    if not folder.is_dir() or not path.is_file():
+        return
+    try:
+        weight_map = json.loads(path.read_text(encoding="utf-8")).get("weight_map")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as error:
+        raise ValueError(f"{path}: not a valid safetensors index ({error}); copy or download it again") from None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{path}: has no 'weight_map' of tensor names to shard files; copy or download it again")
+    for tensor, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard.endswith(".safetensors") or Path(shard).name != shard:
+            raise PickledWeightsError(
+                f"{path}: tensor {tensor!r} is mapped to {shard!r}, which is not a .safetensors file of this folder "
+                f"(a pickle shard, or a path leading elsewhere, is never opened): fix the index or save the model "
+                f"again with save_pretrained")
+
+
 def check_weight_files(folder: Path) -> None:
     """Refuse a local folder whose safetensors files do not open (a truncated download or copy, a file that is not
-    safetensors): the header and the extent it declares are checked, not the values."""
+    safetensors), or whose safetensors index names anything but this folder's safetensors shards: the header and
+    the extent it declares are checked, not the values."""
     from safetensors import SafetensorError, safe_open
 
+    check_weight_index(folder)
     for path in weight_files(folder) if folder.is_dir() else []:
         try:
             with safe_open(str(path), framework="pt"):
@@ -113,6 +139,86 @@ def refuse_stock_class_for_scoring_weights(model: str | os.PathLike, trust_remot
             f"config.json says model_type {model_type!r}, which loads transformers' stock class: softmax attention, "
             f"the scoring parameters dropped. Restore the config.json saved with these weights (model_type one of "
             f"{families}).")
+
+
+class WeightsError(ValueError):
+    """A model's loaded weights are not what its folder says: tensors missing or left over (random values in their
+    place, or a config of another model), or non-finite values."""
+
+
+#: the options that let an evaluation run on such weights anyway (the same names in every command)
+ALLOW_MISMATCH_FLAG = "--allow-weight-mismatch"
+ALLOW_NONFINITE_FLAG = "--allow-nonfinite-weights"
+
+
+def _listed(keys: list[str], limit: int = 4) -> str:
+    shown = ", ".join(keys[:limit])
+    return shown + (f" (+{len(keys) - limit} more)" if len(keys) > limit else "")
+
+
+def nonfinite_tensors(model) -> list[str]:
+    """The names of the model's floating-point parameters and buffers holding NaN or +-inf (tied tensors once)."""
+    import itertools
+
+    found, seen = [], set()
+    for name, tensor in itertools.chain(model.named_parameters(), model.named_buffers()):
+        if id(tensor) in seen or not tensor.is_floating_point() or tensor.device.type == "meta":
+            continue
+        seen.add(id(tensor))
+        if not bool(torch.isfinite(tensor.detach()).all()):
+            found.append(name)
+    return found
+
+
+def check_loaded_weights(model, source, loading_info: dict | None = None, *, allow_mismatch: bool = False,
+                         allow_nonfinite: bool = False, offer_flags: bool = True) -> dict[str, list[str]]:
+    """The one check every command runs on a model it has just loaded, before it reports on it: the tensors
+    transformers found missing (filled with random values) or unexpected (left out) in the weight files
+    (`from_pretrained(..., output_loading_info=True)`), and non-finite weights. Raises a one-line `WeightsError`
+    naming the tensor and the option that allows it (`offer_flags`); with that option, returns the problems
+    (recorded beside the results) instead. Returns {} for weights that are what they say."""
+    problems: dict[str, list[str]] = {}
+    info = loading_info or {}
+    missing = sorted(str(k) for k in info.get("missing_keys", ()) or ())
+    unexpected = sorted(str(k) for k in info.get("unexpected_keys", ()) or ())
+    mismatched = sorted(str(k[0] if isinstance(k, (tuple, list)) else k) for k in info.get("mismatched_keys", ()) or ())
+    for kind, keys in (("missing", missing), ("unexpected", unexpected), ("mismatched", mismatched)):
+        if keys:
+            problems[kind] = keys
+    if problems and not allow_mismatch:
+        config = getattr(model, "config", None)
+        model_type = getattr(config, "model_type", None)
+        expected = len(model.state_dict())
+        found = "; ".join(f"{kind} {_listed(keys)}" for kind, keys in problems.items())
+        if missing and len(missing) >= expected / 2:
+            why = (f"config.json (model_type {model_type!r}, {type(model).__name__}) does not describe these weights "
+                   f"({len(missing)} of {expected} tensors missing): it belongs to another model. Restore the "
+                   f"config.json saved with these weights")
+        else:
+            why = (f"its weight files do not match its config.json ({type(model).__name__}): {found}; missing "
+                   f"tensors would be random values. Give the complete checkpoint (save_pretrained of the model)")
+        option = f", or pass {ALLOW_MISMATCH_FLAG} to evaluate it anyway" if offer_flags else ""
+        raise WeightsError(f"{source}: {why}{option}")
+    bad = nonfinite_tensors(model)
+    if bad:
+        problems["nonfinite"] = bad
+        if not allow_nonfinite:
+            more = f" and {len(bad) - 1} more tensors" if len(bad) > 1 else ""
+            raise WeightsError(
+                f"{source}: weight {bad[0]}{more} holds NaN or infinite values (as loaded, dtype "
+                f"{next(model.parameters()).dtype}); every result of this model would be meaningless: use an earlier "
+                f"checkpoint" + (f", or pass {ALLOW_NONFINITE_FLAG} to evaluate it anyway" if offer_flags else ""))
+    return problems
+
+
+def load_checked(auto_class, source, settings, **kwargs):
+    """(`auto_class.from_pretrained(source, **kwargs)`, the problems `check_loaded_weights` let by or None), with
+    the options of `settings` (its `allow_weight_mismatch`, `allow_nonfinite_weights`)."""
+    model, loading_info = auto_class.from_pretrained(source, output_loading_info=True, **kwargs)
+    problems = check_loaded_weights(model, source, loading_info,
+                                    allow_mismatch=getattr(settings, "allow_weight_mismatch", False),
+                                    allow_nonfinite=getattr(settings, "allow_nonfinite_weights", False))
+    return model, problems or None
 
 
 def load_ssa_config(folder: str | os.PathLike):
@@ -192,4 +298,5 @@ def scoring_parameter_table(values: dict[str, dict[str, list[float]]]) -> str:
     return markdown_table(["layer"] + [f"{n} (mean over heads, range)" for n in names], rows)
 
 
-__all__ = ["family_spec", "load_ssa_config", "read_scoring_parameters", "scoring_parameter_table", "task_of_architecture"]
+__all__ = ["WeightsError", "check_loaded_weights", "family_spec", "load_checked", "load_ssa_config",
+           "read_scoring_parameters", "scoring_parameter_table", "task_of_architecture"]

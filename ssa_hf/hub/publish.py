@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from ..models.families import FAMILIES
+from ..options import yaml_error_line
+from ..regular_files import check_model_folder
 from ..reporting import atomic_folder, atomic_write_bytes, links_leaving
 from .cards import CARD_INPUTS_FILE, REPO_ID_PLACEHOLDER, validate_model_card, write_model_card
-from .folders import family_spec, read_config_json, weight_files
+from .folders import check_weight_files, family_spec, read_config_json, weight_files
 
 logger = logging.getLogger("ssa_hf.hub")
 
@@ -97,19 +99,103 @@ def check_checkpoint_folder(folder: str | os.PathLike) -> dict:
     return raw
 
 
-def _remote_code_modules(folder: Path, raw: dict, code_dir: Path) -> set[str]:
-    """The modules the folder's config.json and tokenizer_config.json name (auto_map), with every sibling they
-    import, followed through the files of `code_dir`."""
-    refs = [ref for ref in (raw.get("auto_map") or {}).values() if isinstance(ref, str)]
-    tokenizer_config = folder / "tokenizer_config.json"
-    if tokenizer_config.is_file():
+# JSON files whose `auto_map` (config.json also `custom_pipelines`) makes transformers import code when the pushed
+# repository is loaded with trust_remote_code=True; every *.json of the folder is read for them, these included
+_MODULE_REFERENCE = re.compile(r"([A-Za-z_]\w*)\.([A-Za-z_]\w*)")
+
+
+@dataclass(frozen=True)
+class CodeReference:
+    """One class reference a loader would import: where it is written (file and key) and its text."""
+
+    where: str  # e.g. "tokenizer_config.json auto_map['AutoTokenizer'][0]"
+    value: object
+    base: str = ""  # the folder (relative) of the JSON file: where a loader looks for the module
+
+    @property
+    def module(self) -> str | None:
+        match = _MODULE_REFERENCE.fullmatch(self.value) if isinstance(self.value, str) else None
+        return match.group(1) if match else None
+
+
+def code_references(folder: Path, files: Sequence[str] | None = None) -> list[CodeReference]:
+    """Every class reference in the folder's JSON files that makes transformers import code: each `auto_map`
+    entry (a string, or each item of a list such as the tokenizer's [slow, fast]; None items skipped) and each
+    `custom_pipelines` implementation, in every *.json of the folder (config, tokenizer, processor and
+    preprocessor configs; sub-folders too), or of those among `files` (what is uploaded). Values of any other
+    type are kept, to be refused."""
+    found = []
+    for path in sorted(folder.rglob("*.json")):
+        relative = path.relative_to(folder).as_posix()
+        if not path.is_file() or (files is not None and relative not in files):
+            continue
         try:
-            auto_map = json.loads(tokenizer_config.read_text(encoding="utf-8")).get("auto_map") or {}
-        except (ValueError, AttributeError):
-            auto_map = {}
-        for value in auto_map.values() if isinstance(auto_map, dict) else []:
-            refs += [ref for ref in (value if isinstance(value, list) else [value]) if isinstance(ref, str)]
-    todo = {ref.split(".")[0] for ref in refs}
+            content = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue  # (not a config: a data file, or a damaged file the upload checks name)
+        if not isinstance(content, dict):
+            continue
+        name, base = relative, path.parent.relative_to(folder).as_posix()
+        base = "" if base == "." else base + "/"
+        start = len(found)
+        auto_map = content.get("auto_map")
+        if auto_map is not None and not isinstance(auto_map, dict):
+            found.append(CodeReference(f"{name} auto_map", auto_map))
+        for key, value in (auto_map or {}).items() if isinstance(auto_map, dict) else []:
+            if isinstance(value, list):
+                found += [CodeReference(f"{name} auto_map[{key!r}][{i}]", item)
+                          for i, item in enumerate(value) if item is not None]
+            elif value is not None:
+                found.append(CodeReference(f"{name} auto_map[{key!r}]", value))
+        pipelines = content.get("custom_pipelines")  # {task: {"impl": "module.Class", ...}}
+        if pipelines is not None and not isinstance(pipelines, dict):
+            found.append(CodeReference(f"{name} custom_pipelines", pipelines))
+        for task, spec in (pipelines or {}).items() if isinstance(pipelines, dict) else []:
+            found.append(CodeReference(f"{name} custom_pipelines[{task!r}]['impl']", spec.get("impl"))
+                         if isinstance(spec, dict) else CodeReference(f"{name} custom_pipelines[{task!r}]", spec))
+        found[start:] = [CodeReference(r.where, r.value, base) for r in found[start:]]
+    return found
+
+
+def refuse_foreign_references(folder: Path, references: Sequence[CodeReference],
+                              files: Sequence[str] | None = None) -> None:
+    """Every reference must name, as `module.Class`, a module of the installed package's remote code; with
+    `files` (what would be uploaded), the folder's `module.py` must be among them, a regular file, and
+    byte-identical to the installed file. Anything else - another Hub repository's code (`repo--module.Class`),
+    a path, a module ssa-hf does not have, a changed file - is refused, naming the entry."""
+    from .. import __version__
+
+    installed = installed_code_dir()
+    for reference in references:
+        value, module = reference.value, reference.module
+        problem = None
+        if not isinstance(value, str):
+            problem = f"is {type(value).__name__} {value!r}, not a class reference `module.Class`"
+        elif "--" in value:
+            problem = (f"names code in another Hub repository ({value.split('--')[0]!r}), which everyone loading the "
+                       "pushed repository with trust_remote_code=True would download and run")
+        elif module is None:
+            problem = "is not `module.Class` naming a module inside the folder (a path, or a package)"
+        elif not (installed / f"{module}.py").is_file():
+            problem = f"names {module}.py, which is not among the installed ssa-hf {__version__}'s remote-code files"
+        elif files is not None:
+            name = f"{reference.base}{module}.py"
+            path = folder / name
+            if name not in files or path.is_symlink() or not path.is_file():
+                problem = f"names {name}, which the folder does not upload as a file of its own"
+            elif path.read_bytes() != (installed / f"{module}.py").read_bytes():
+                problem = (f"names {module}.py, which differs from the installed ssa-hf {__version__}'s (pass "
+                           "--refresh-code to replace it by the installed file)")
+        if problem:
+            raise ValueError(
+                f"{folder}: {reference.where} = {value!r} {problem}. Pushing would publish code ssa-hf does not vouch "
+                "for; remove or correct that entry (ssa-hf folders name only its own modules)")
+
+
+def _remote_code_modules(folder: Path, raw: dict, code_dir: Path) -> set[str]:
+    """The modules the folder's class references name (`code_references`; only well-formed `module.Class`
+    ones), with every sibling they import, followed through the files of `code_dir`."""
+    todo = {reference.module for reference in code_references(folder) if reference.module}
     seen: set[str] = set()
     while todo:
         module = todo.pop()
@@ -145,7 +231,8 @@ def refresh_remote_code(folder: str | os.PathLike) -> list[str]:
 def check_remote_code(folder: Path, files: Sequence[str]) -> list[str]:
     """The *.py among `files`, each byte-identical to the installed package's file of that name; a file the
     package does not have, or one that differs, is refused (it would reach everyone who loads the pushed
-    repository with trust_remote_code=True)."""
+    repository with trust_remote_code=True); so is every class reference of the uploaded JSON files that does not
+    name such a file (`refuse_foreign_references`)."""
     from .. import __version__
 
     installed = installed_code_dir()
@@ -163,6 +250,7 @@ def check_remote_code(folder: Path, files: Sequence[str]) -> list[str]:
             f"{folder}: the remote-code file(s) {', '.join(differ)} differ from the installed ssa-hf {__version__}'s: "
             "pushing them would publish code ssa-hf does not vouch for. Pass --refresh-code (refresh_code=True) to "
             "replace them by the installed files, or save the folder again with this ssa-hf")
+    refuse_foreign_references(folder, code_references(folder, files), files)  # (what loaders would import)
     return code
 
 
@@ -236,18 +324,26 @@ def explain_push_failure(error: BaseException, repo_id: str, revision: str | Non
 
 
 @contextlib.contextmanager
-def _restored_on_failure(paths: Sequence[Path]) -> Iterator[None]:
-    """Put the files back as they were (or absent) if the block does not finish."""
-    saved = {path: path.read_bytes() if path.is_file() else None for path in paths}
+def _restored_on_failure(paths: Sequence[Path], always: bool = False) -> Iterator[None]:
+    """Put the files back as they were (or absent) if the block does not finish; with `always` (a dry run, which
+    changes nothing) also when it does."""
+    saved = {path: (path.read_bytes(), path.stat()) if path.is_file() else None for path in paths}
+
+    def restore():
+        for path, kept in saved.items():
+            if kept is None:
+                path.unlink(missing_ok=True)
+            elif not path.is_file() or path.read_bytes() != kept[0]:
+                atomic_write_bytes(path, kept[0])
+                os.utime(path, ns=(kept[1].st_atime_ns, kept[1].st_mtime_ns))
+
     try:
         yield
     except BaseException:
-        for path, content in saved.items():
-            if content is None:
-                path.unlink(missing_ok=True)
-            elif not path.is_file() or path.read_bytes() != content:
-                atomic_write_bytes(path, content)
+        restore()
         raise
+    if always:
+        restore()
 
 
 # what ssa_hf_card.json may hold, and of which types: the folder is untrusted, so its stored inputs are data only
@@ -278,18 +374,34 @@ def _stored_card_inputs(folder: Path) -> dict:
 def _card_for_push(folder: Path, repo_id: str, refresh_card: bool, card_kwargs: dict):
     """(the card, whether it was rendered anew): rendered and written when the folder has none, with refresh_card
     or with card inputs; else the folder's card, checked offline."""
+    import yaml
     from huggingface_hub import ModelCard
 
     readme = folder / "README.md"
     if refresh_card or card_kwargs or not readme.is_file():
         previous = _stored_card_inputs(folder) if (folder / CARD_INPUTS_FILE).is_file() else {}
         return write_model_card(folder, **{**previous, **card_kwargs, "repo_id": repo_id}), True
-    card = ModelCard.load(readme)
+    try:
+        card = ModelCard.load(readme)
+    except (UnicodeDecodeError, ValueError, yaml.YAMLError) as error:  # (its YAML header's error spans lines)
+        raise ValueError(f"{readme}: not a readable model card ({yaml_error_line(error)}); fix it, or render it again "
+                         f"with --refresh-card") from None
     validate_model_card(card)
     if REPO_ID_PLACEHOLDER in str(card):
         logger.warning("README.md shows %r in its code snippets; pass refresh_card=True (--refresh-card) to "
                        "render it with the repo id", REPO_ID_PLACEHOLDER)
     return card, False
+
+
+def _validate_card_online(card, repo_id: str, revision: str | None) -> None:
+    try:
+        card.validate()
+    except ValueError as error:
+        raise PushError(f"the Hub rejected the model card (README.md): {error}. Fix its metadata (or render it "
+                        f"again with --refresh-card), or skip this check with --no-validate-online. The local "
+                        f"folder is unchanged.") from error
+    except Exception as error:
+        raise PushError(explain_push_failure(error, repo_id, revision)) from error
 
 
 def push_to_hub(
@@ -330,10 +442,15 @@ def push_to_hub(
     if not re.fullmatch(r"[\w.\-]+/[\w.\-]+|[\w.\-]+", repo_id or ""):
         raise ValueError(f"repo_id {repo_id!r} is not a Hub repository id (namespace/name)")
     if not folder.is_dir():
-        raise FileNotFoundError(f"checkpoint folder {str(folder)!r} does not exist")
+        raise FileNotFoundError(f"checkpoint folder {str(folder)!r} "
+                                f"{'is a file, not a folder' if folder.exists() else 'does not exist'}")
     card_kwargs = {k: v for k, v in card_kwargs.items() if v is not None}
+    check_model_folder(folder)  # (a FIFO, a JSON list, sizes < 1: one line, before anything reads them)
+    check_weight_files(folder)  # (a damaged safetensors file: one line naming it, not the push's catch-all)
+    refuse_foreign_references(folder, code_references(folder, _files_to_upload(folder, ignore_patterns)))  # (first)
     code = [folder / f"{m}.py" for m in _remote_code_modules(folder, read_config_json(folder), installed_code_dir())]
-    with _restored_on_failure([folder / "README.md", folder / CARD_INPUTS_FILE] + (code if refresh_code else [])):
+    with _restored_on_failure([folder / "README.md", folder / CARD_INPUTS_FILE] + (code if refresh_code else []),
+                              always=dry_run):
         refreshed = refresh_remote_code(folder) if refresh_code else []
         check_checkpoint_folder(folder)
         files = _files_to_upload(folder, ignore_patterns)
@@ -349,15 +466,8 @@ def push_to_hub(
             raise ValueError("HF_HUB_OFFLINE is set: pushing needs the network; unset it, or use a dry run")
         if token is None and get_token() is None:
             raise ValueError("no Hugging Face token: run `hf auth login` or set the HF_TOKEN environment variable")
-        try:
-            if validate_online:
-                card.validate()
-        except ValueError as error:
-            raise PushError(f"the Hub rejected the model card (README.md): {error}. Fix its metadata (or render it "
-                            f"again with --refresh-card), or skip this check with --no-validate-online. The local "
-                            f"folder is unchanged.") from error
-        except Exception as error:
-            raise PushError(explain_push_failure(error, repo_id, revision)) from error
+        if validate_online:
+            _validate_card_online(card, repo_id, revision)
         try:
             api = HfApi(token=token)
             repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")

@@ -186,8 +186,8 @@ class TrainConfig:
             raise ValueError("train.warmup_steps and train.weight_decay must be >= 0")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise ValueError(f"train.grad_clip must be > 0 or null, got {self.grad_clip}")
-        if not (self.sigma > 0 and self.sigma_ab > 0):
-            raise ValueError("train.sigma and train.sigma_ab must be > 0")
+        check_sigma("train.sigma", self.sigma)
+        check_sigma("train.sigma_ab", self.sigma_ab)
         if self.mixed_precision not in ("no", "fp16", "bf16"):
             raise ValueError(f"train.mixed_precision must be 'no', 'fp16' or 'bf16', got {self.mixed_precision!r}")
         try:
@@ -197,6 +197,26 @@ class TrainConfig:
 
 
 LINEAR_PROTOCOLS = ("standard", "paper")
+
+FLOAT32_MAX = 3.4028234663852886e38  # the prompts are float32: a larger sigma is inf there
+
+
+def is_sigma(value) -> bool:
+    """Whether `value` can be a sigma: a finite number > 0 that float32 (the prompts' dtype) can hold. inf (or
+    1e39, inf in float32) gives inf and NaN inputs, whose cells read a finite error (0.0) that means nothing."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, bool) and 0 < number <= FLOAT32_MAX
+
+
+SIGMA_RULE = f"each finite and at most {FLOAT32_MAX:.4g} (float32's largest)"
+
+
+def check_sigma(name: str, value) -> None:
+    if not is_sigma(value):
+        raise ValueError(f"{name} must be > 0, got {value!r}: {SIGMA_RULE}")
 
 
 @dataclass
@@ -247,8 +267,8 @@ class EvalConfig:
             raise ValueError("eval.sigmas and eval.lengths must not be empty")
         for name in ("sigmas", "linear_sigmas_x", "linear_sigmas_ab"):
             values = getattr(self, name)
-            if not values or any(not float(v) > 0 for v in values):
-                raise ValueError(f"eval.{name} must be a non-empty list of numbers > 0, got {values}")
+            if not values or not all(is_sigma(v) for v in values):
+                raise ValueError(f"eval.{name} must be a non-empty list of numbers > 0, got {values}: {SIGMA_RULE}")
         if any(int(v) < 1 for v in self.lengths):
             raise ValueError(f"eval.lengths must be >= 1, got {self.lengths}")
         if self.length is not None and self.length < 1:
@@ -259,8 +279,7 @@ class EvalConfig:
             raise ValueError(f"eval.linear_protocol must be one of {LINEAR_PROTOCOLS}, got {self.linear_protocol!r}")
         if self.linear_points < 1 or self.linear_functions < 1:
             raise ValueError("eval.linear_points and eval.linear_functions must be >= 1")
-        if not self.length_sweep_sigma > 0:
-            raise ValueError(f"eval.length_sweep_sigma must be > 0, got {self.length_sweep_sigma}")
+        check_sigma("eval.length_sweep_sigma", self.length_sweep_sigma)
 
 
 @dataclass
@@ -302,6 +321,12 @@ class ICLConfig:
                 raise ValueError(f"{what} has duplicates: {values}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+        if self.train.mixed_precision == "fp16" and self.device != "cuda":
+            import torch
+
+            if self.device == "cpu" or not torch.cuda.is_available():  # accelerate has no CPU fp16: float32 runs
+                raise ValueError("train.mixed_precision: fp16 needs a GPU (float16 autocast with loss scaling); on the "
+                                 "CPU the runs would train in float32. Use bf16 (CPU autocast) or no")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be >= 1 or null, got {self.threads}")
         if self.workers < 1:
@@ -445,12 +470,13 @@ def load_config(path: str | Path) -> ICLConfig:
     from ..resources import config_file
 
     path = config_file(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"ICL config file not found: {path}")
     try:
-        return config_from_dict(load_yaml(path))
+        return config_from_dict(load_yaml(path))  # (a folder or a FIFO there: load_yaml's one line)
     except (TypeError, ValueError) as error:
-        raise ValueError(f"{path}: {error}") from None
+        message = str(error)  # (load_yaml's own errors name the file already)
+        raise ValueError(message if message.startswith(str(path)) else f"{path}: {message}") from None
 
 
 # `ssa-hf icl` short options -> config keys (every key is also an option of its own: --train.lr, --eval.seed, ...)

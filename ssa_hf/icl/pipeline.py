@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from ..regular_files import read_json
 from ..reporting import OutputDir, atomic_write_json
 from .config import EvalConfig, ICLConfig
 from .evaluate import baselines_for, evaluate_task, in_distribution_check, model_predictor, probe
@@ -92,7 +93,7 @@ def run_one(spec: RunSpec, eval_cfg: EvalConfig, length: int, run_dir: str, devi
     key = _eval_key(spec, eval_cfg, length)
     cached = run_dir / RESULT
     if cached.is_file():
-        previous = json.loads(cached.read_text())
+        previous = read_json(cached)
         if isinstance(previous.get("key"), dict) and "spec" in previous["key"]:
             previous["key"]["spec"] = upgrade_saved_spec(previous["key"]["spec"])
         if previous.get("key") == key:
@@ -135,7 +136,7 @@ def finished_runs(config: ICLConfig, output_dir: str | os.PathLike) -> list[dict
     for spec in run_specs(config):
         path = run_folder(Path(output_dir) / "runs", spec) / RESULT
         if path.is_file():
-            result = json.loads(path.read_text())
+            result = read_json(path)
             if isinstance(result.get("key"), dict) and "spec" in result["key"]:
                 result["key"]["spec"] = upgrade_saved_spec(result["key"]["spec"])
             if result.get("key") == _eval_key(spec, config.eval, config.eval_length):
@@ -159,7 +160,7 @@ def _log_result(result: dict) -> None:
 def _steps_in_result(run_dir: Path) -> int | None:
     """Steps of a finished run from its result.json (checkpoints of older versions do not record them)."""
     try:
-        return int(json.loads((run_dir / RESULT).read_text())["train"]["steps"])
+        return int(read_json(run_dir / RESULT)["train"]["steps"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -183,10 +184,12 @@ def check_existing_runs(config: ICLConfig, runs_dir: Path) -> None:
 
 def _run_all(config: ICLConfig, out: OutputDir, progress: bool) -> list[dict]:
     specs = run_specs(config)
-    check_existing_runs(config, out.path / "runs")
+    runs_dir = out.folder("runs")  # (checked, like every run folder below: a link there is refused, not followed)
+    folders = [out.file(run_folder(runs_dir, spec).relative_to(out.path)) for spec in specs]
+    check_existing_runs(config, runs_dir)
     args = [
-        (spec, config.eval, config.eval_length, str(run_folder(out.path / "runs", spec)), config.device, config.threads)
-        for spec in specs
+        (spec, config.eval, config.eval_length, str(folder), config.device, config.threads)
+        for spec, folder in zip(specs, folders)
     ]
     if config.workers == 1 or len(specs) == 1:
         results = []
@@ -330,7 +333,7 @@ def run_icl(config: ICLConfig, output_dir: str | os.PathLike, progress: bool = T
 
     config.validate()
     started, cpu_started, load_before = time.perf_counter(), _cpu_seconds(), _load_average()
-    out = OutputDir(output_dir)
+    out = OutputDir(output_dir, "ICL output folder", owned=True)  # (a link leading out of it: refused at once)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     runs = _run_all(config, out, progress)

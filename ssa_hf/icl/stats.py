@@ -1,4 +1,5 @@
-"""Statistics across seeds: Student-t intervals of one arm, and paired comparisons of two arms.
+"""Statistics across seeds: Student-t intervals of one arm, paired comparisons of two arms, and the verdict rule
+(`verdict`: the one implementation; ssa_hf.reproduce's RESULTS.md and the ICL report both use it).
 
 Two scoring functions run with the same seed share the initial weights, the training prompts and the test prompts,
 so every comparison is paired by seed: the per-seed differences a_k - b_k, a paired bootstrap interval of their
@@ -286,6 +287,117 @@ def smallest_p(seeds: int) -> float:
 
 
 # --------------------------------------------------------------------------------------------------
+# The verdict rule (the one implementation: ssa_hf.reproduce and the ICL report both read it from here)
+# --------------------------------------------------------------------------------------------------
+
+REPRODUCED, NOT_REPRODUCED = "reproduced at this scale", "not reproduced at this scale"
+INCONCLUSIVE, NOT_MEASURABLE = "inconclusive at this scale", "not measurable at this scale"
+EXCLUDED = "paper-sized effect excluded at this scale"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, EXCLUDED, INCONCLUSIVE, NOT_MEASURABLE)
+
+
+def standard_error(values: Sequence[float]) -> float:
+    """The standard error of the mean across seeds (0 for a single value)."""
+    values = [float(v) for v in values]
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) / math.sqrt(len(values))
+
+
+def beats_baseline(mean: float, se: float | None, baseline: float, direction: str) -> bool | None:
+    """Whether an arm's mean beats the trivial baseline by more than one standard error `se` on the better side of
+    `direction` (lower: errors, NLL; higher: accuracies). With `se` None only a mean on the baseline's side or at it
+    decides (False); else None (unknown)."""
+    if direction not in ("lower", "higher"):
+        raise ValueError(f"direction must be 'lower' or 'higher', got {direction!r}")
+    if mean is None or not math.isfinite(mean):
+        return False
+    margin = (baseline - mean) if direction == "lower" else (mean - baseline)
+    if se is None:
+        return False if margin <= 0 else None
+    return margin > se
+
+
+def arm_beats_baseline(values: Sequence[float], baseline: float | None, direction: str) -> bool | None:
+    """`beats_baseline` of one arm's per-seed values (None: no baseline, nothing to decide). A non-finite value
+    (a diverged run) does not beat it."""
+    if baseline is None:
+        return None
+    values = [float(v) for v in values]
+    if not values or not all(math.isfinite(v) for v in values):
+        return False
+    return beats_baseline(sum(values) / len(values), standard_error(values), baseline, direction)
+
+
+def measurable(control: bool | None, treatment: bool | None) -> bool | None:
+    """A comparison is measurable at its scale unless BOTH arms sit at the trivial baseline (each arm's
+    `beats_baseline`): the paper's kind of effect can be SSA leaving a baseline the control sits at. None: no
+    baseline to decide by (counted as measurable)."""
+    if control is None and treatment is None:
+        return None
+    return bool(control) or bool(treatment)
+
+
+def inside_margin(low: float | None, high: float | None, margin: float | None) -> bool:
+    """Whether the interval [low, high] of the difference lies strictly inside (-margin, +margin): a difference as
+    large as the margin is excluded (the interval version of two one-sided tests)."""
+    if margin is None or low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
+        return False
+    return -margin < low and high < margin
+
+
+def verdict(low: float | None, high: float | None, direction: str, p: float | None, alpha: float = 0.05,
+            is_measurable: bool | None = True, margin: float | None = None) -> str:
+    """The verdict of a primary endpoint, treatment minus control, whose paper direction is `direction`:
+
+    - not measurable at this scale: both arms sit at the trivial baseline (`measurable` False);
+    - reproduced at this scale: the declared test's `p` < alpha AND the interval excludes 0 on the paper's side;
+    - not reproduced at this scale: p < alpha AND the interval excludes 0 on the other side (SSA worse);
+    - paper-sized effect excluded at this scale: neither, and the interval lies inside +-`margin` (the declared
+      equivalence margin, e.g. half the paper's effect);
+    - inconclusive at this scale: anything else.
+    The interval alone never reads reproduced: the test must reject too."""
+    if direction not in ("lower", "higher"):
+        raise ValueError(f"direction must be 'lower' or 'higher', got {direction!r}")
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"interval out of order: [{low}, {high}]")
+    if margin is not None and not margin > 0:
+        raise ValueError(f"an equivalence margin must be > 0, got {margin}")
+    if is_measurable is False:
+        return NOT_MEASURABLE
+    finite = low is not None and high is not None and math.isfinite(low) and math.isfinite(high)
+    if p is not None and finite and p < alpha:
+        below, above = high < 0, low > 0
+        if (below and direction == "lower") or (above and direction == "higher"):
+            return REPRODUCED
+        if below or above:
+            return NOT_REPRODUCED
+    if inside_margin(low, high, margin):
+        return EXCLUDED
+    return INCONCLUSIVE
+
+
+def at_bound(control_mean: float, treatment_mean: float, floor: float | None, ceiling: float | None) -> str | None:
+    """"floor" when both arms sit at or below `floor`, "ceiling" when both sit at or above `ceiling` (declared
+    bounds, e.g. of a Zorro paradigm's accuracy): no difference of the paper's kind can show there; else None."""
+    if floor is not None and control_mean <= floor and treatment_mean <= floor:
+        return "floor"
+    if ceiling is not None and control_mean >= ceiling and treatment_mean >= ceiling:
+        return "ceiling"
+    return None
+
+
+def survives(verdict_word: str, low: float | None, high: float | None, direction: str, adjusted_p: float | None,
+             alpha: float = 0.05, is_measurable: bool | None = True, margin: float | None = None) -> bool | None:
+    """Whether a verdict that a test decided (reproduced / not reproduced) stays the same with the family-wise
+    adjusted p (Holm); None for verdicts no test decided (inconclusive, not measurable, excluded by the interval)."""
+    if verdict_word not in (REPRODUCED, NOT_REPRODUCED):
+        return None
+    return verdict(low, high, direction, adjusted_p, alpha, is_measurable, margin) == verdict_word
+
+
+# --------------------------------------------------------------------------------------------------
 # The ICL experiment's comparisons: every pair of scoring functions, every cell, and the primary endpoint
 # --------------------------------------------------------------------------------------------------
 
@@ -395,17 +507,17 @@ def _secondary(endpoint, runs, options, seen) -> dict:
 
 def _primary(primary, runs, options, seen: set[int] = frozenset()) -> dict:
     """One declared endpoint: the paired comparison, its declared test and a paired t interval; `direction` is
-    lower / higher only when the test rejects at alpha AND the t interval lies on that side of 0 (the verdict rule
-    of ssa_hf.reproduce.verdict), else none. `exploratory`: some seed had been seen when the endpoint was chosen."""
+    lower / higher only when the test rejects at alpha AND the t interval lies on that side of 0 (`verdict`), else
+    none. `exploratory`: some seed had been seen when the endpoint was chosen."""
     seeds, evals_t, evals_c = _pair(runs, primary.task, primary.treatment, primary.control)
     if not seeds:
         raise ValueError(f"no seed has runs of both {primary.treatment} and {primary.control} on {primary.task!r}")
     result = compare_paired([endpoint_value(e, primary) for e in evals_t], [endpoint_value(e, primary) for e in evals_c], **options)
     p = result["wilcoxon_p"] if primary.test == "wilcoxon" else result["sign_p"]
     t = mean_ci(result["differences"], options["level"])
-    direction = "none"
-    if p < primary.alpha and t["low"] is not None:
-        direction = "lower" if t["high"] < 0 else "higher" if t["low"] > 0 else "none"
+    # the verdict rule above: a direction only where it would read reproduced or not reproduced for either side
+    word = verdict(t["low"], t["high"], "lower", p, primary.alpha)
+    direction = {REPRODUCED: "lower", NOT_REPRODUCED: "higher"}.get(word, "none")
     return {
         **result,
         "t_low": t["low"],

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from ..regular_files import read_json
 from ..reporting import ProgressLines, atomic_folder, atomic_write_json, remove_stale_temporaries
 from ..train.checkpoint import verify_checkpoint, write_manifest
 from ..train.lock import RunLock
@@ -188,7 +189,7 @@ def save_checkpoint(accelerator, run_dir: Path, spec: RunSpec, model, optimizer,
 def resume_problem(checkpoint: Path, spec: RunSpec, steps_done: int | None = None) -> str | None:
     """Why `spec` cannot resume or reuse `checkpoint` (None when it can): another run, other settings, or more
     steps trained than `spec` asks for (its results would be reported as those of a shorter run)."""
-    saved = upgrade_saved_spec(json.loads((checkpoint / _SPEC).read_text()))
+    saved = upgrade_saved_spec(read_json(checkpoint / _SPEC))
     current = json.loads(json.dumps(spec.to_dict()))  # same types as the saved JSON
     for key in ("task", "attention_scoring", "seed", "model"):
         if saved.get(key) != current[key]:

@@ -76,6 +76,15 @@ def _check_inputs(query, key, value, attn_mask, scale, dropout_p) -> None:
         raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
 
 
+def _checked_flag(name: str, value) -> bool:
+    """A real bool (numpy's too); anything else (the string "False", 0, None) is refused: SDPA refuses it, and
+    reading it as truthy would run causal attention for `is_causal="False"`."""
+    kind = type(value)
+    if kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {value!r} ({kind.__name__})")
+
+
 def _check_tensors(query, key, value) -> None:
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         if not isinstance(tensor, Tensor):
@@ -133,6 +142,8 @@ def scored_attention(
         [B, H, Lq, D] in the dtype of `value` (and the weights [B, H, Lq, Lk] with `return_weights`).
     """
     _check_inputs(query, key, value, attn_mask, scale, dropout_p)
+    if is_causal is not False and is_causal is not True:
+        is_causal = _checked_flag("is_causal", is_causal)
     _check_shapes(query, key, value, enable_gqa)
     if isinstance(scoring, str):  # one scoring function: the call carries its group
         groups, spec = None, get_scoring_function(scoring)
@@ -536,3 +547,7 @@ def ensure_registered(implementation: str) -> None:
 
 
 register_with_transformers()
+try:  # defines the kernel's custom op, which a saved torch.export program (.pt2) of a model calls: importing ssa-hf's
+    from .blockwise import attention_forward  # noqa: E402,F401  models (installed or remote code) then loads one
+except ImportError:  # a copy without the kernel's file: its blockwise backend says it is unavailable
+    pass

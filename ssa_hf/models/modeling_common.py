@@ -17,6 +17,8 @@ from torch import nn
 from .attention import DEFAULT_IMPLEMENTATION, IMPLEMENTATIONS, config_value, ensure_registered
 from .backends import static_refusal
 from .mixture import MixedScoringParameters
+from .paged import PAGED_IMPLEMENTATIONS
+from .paged import init_continuous_batching as _init_continuous_batching
 from .parameters import ConstrainedParameter
 from .settings import OLD_NAMES, ScoringParameters, default_settings, resolve_settings
 
@@ -56,8 +58,8 @@ def check_implementation(config, requested: str | None, aliases: bool = True) ->
     """
     implementation = resolve_implementation(config, requested) if aliases else (requested or DEFAULT_IMPLEMENTATION)
     names = sorted(set(config.scoring_per_head()))
-    if implementation in IMPLEMENTATIONS:
-        backend = IMPLEMENTATIONS[implementation]
+    if implementation in IMPLEMENTATIONS or implementation in PAGED_IMPLEMENTATIONS:  # paged: continuous batching
+        backend = IMPLEMENTATIONS.get(implementation, PAGED_IMPLEMENTATIONS.get(implementation))
         if backend is not None:
             for name in names:
                 # a static check (gradients and device are known only at call time)
@@ -73,11 +75,17 @@ def check_implementation(config, requested: str | None, aliases: bool = True) ->
                         config.attention_scoring)
         return implementation
     if names != ["softmax"]:
+        batching = ""
+        if str(implementation).startswith("paged|") or "flash" in str(implementation):
+            # transformers' paged and flash kernels: what continuous batching switches to for softmax models
+            batching = (" For continuous batching (generate_batch, init_continuous_batching, serve "
+                        "--continuous-batching) load the model with its default implementation: it then runs "
+                        "ssa-hf's paged attention ('ssa_paged').")
         raise ValueError(
             f"attn_implementation={implementation!r} is transformers' own softmax attention and cannot run "
             f"attention_scoring={config.attention_scoring!r}. Use one of {list(IMPLEMENTATIONS)} (default "
             f"{DEFAULT_IMPLEMENTATION!r}) or a standard name they stand for ({sorted(config.attn_implementation_aliases)}), "
-            f"or set attention_scoring='softmax' for a softmax model."
+            f"or set attention_scoring='softmax' for a softmax model.{batching}"
         )
     return implementation
 
@@ -184,7 +192,7 @@ def _fields_lacking(source, config_class) -> list[str]:
     return [field for field in _SIZE_FIELDS if field in known and field not in raw]
 
 
-def restore_saved_scoring(model: nn.Module, info: dict, saved: tuple[dict, dict] | None, source=None) -> None:
+def restore_saved_scoring(model: nn.Module, info: dict, saved: tuple[dict, dict] | None, source=None) -> set[str]:
     """Give each scoring parameter the value the checkpoint saved, whatever form this model stores it in.
 
     A checkpoint's `.raw` tensor means something only with its own config: softplus, exp or raw (its
@@ -192,7 +200,9 @@ def restore_saved_scoring(model: nn.Module, info: dict, saved: tuple[dict, dict]
     (`from_pretrained(..., scoring_parametrization="exp")`, `ssa_learn_b=False`) or a config.json edited to say so
     would otherwise reinterpret the numbers (b = 2 read back as 6.4) or reset them; here each saved value is
     converted into the model's form. Scoring tensors the model has no place for (a checkpoint of another scoring
-    function, or its config edited) are refused."""
+    function, or its config edited) are refused. Returns the keys (without the base model's prefix) of the
+    tensors converted: transformers reported them missing (this model's form) and unexpected (the saved form)."""
+    converted: set[str] = set()
     unexpected = {k for k in info.get("unexpected_keys", ()) if ".scoring." in f".{k}"}
     prefix = getattr(model, "base_model_prefix", "") + "."
     bare = lambda key: key[len(prefix):] if key.startswith(prefix) else key  # noqa: E731
@@ -220,6 +230,7 @@ def restore_saved_scoring(model: nn.Module, info: dict, saved: tuple[dict, dict]
                 except ValueError as error:
                     raise ValueError(f"{type(model).__name__} from {source}: {base} was saved as "
                                      f"{saved_form[1] or 'a fixed value'}; {error}") from None
+                converted |= {f"{base}.raw", f"{base}.value"}
                 logger.info("%s: saved as %s, converted to this model's %s", base, saved_form[1] or "a fixed value",
                             param.parametrization if param.learnable else "fixed value")
     if unexpected:
@@ -228,6 +239,7 @@ def restore_saved_scoring(model: nn.Module, info: dict, saved: tuple[dict, dict]
             f"for ({sorted(unexpected)[:4]}), attention_scoring={model.config.attention_scoring!r}: its config.json "
             f"was edited or belongs to other weights, or the load changed attention_scoring. Load it as saved; to "
             f"change the scoring function of a checkpoint use `ssa-hf convert`.")
+    return {bare(key) for key in converted}
 
 
 class SSAModelMixin:
@@ -244,6 +256,17 @@ class SSAModelMixin:
     def get_correct_attn_implementation(self, requested_attention: str | None, is_init_check: bool = False) -> str:
         implementation = check_implementation(self.config, requested_attention)
         return super().get_correct_attn_implementation(implementation, is_init_check)
+
+    @torch.no_grad()
+    def init_continuous_batching(self, generation_config=None, continuous_batching_config=None, workload_hints=None):
+        """transformers' continuous batching (also behind `generate_batch`, `continuous_batching_context_manager`,
+        `generate(cache_implementation="paged")` and `transformers serve --continuous-batching`), with the model's
+        scoring function on ssa-hf's paged attention (`ssa_paged`, paged.py) in place of transformers' softmax ones."""
+        stock = getattr(super(), "init_continuous_batching", None)
+        if stock is None:
+            raise AttributeError(f"{type(self).__name__} does not generate text: continuous batching needs a causal LM "
+                                 f"class (e.g. SSALlamaForCausalLM)")
+        return _init_continuous_batching(self, stock, generation_config, continuous_batching_config, workload_hints)
 
     def assert_scoring_runs(self) -> None:
         """Refuse a config whose attention implementation, as transformers will call it, cannot run its scoring.
@@ -269,6 +292,16 @@ class SSAModelMixin:
                 f"(`{type(self).__name__}(config)` or `from_config`), or turn a trained checkpoint into another scoring "
                 f"function with `ssa-hf convert`; set the field back to run this one."
             )
+
+    def decay_parameter_names(self, model: nn.Module | None = None) -> list[str]:
+        """The parameters weight decay applies to, by the rule of ssa-hf's own training loop: matrices (>= 2-D:
+        linear layers, embeddings); never biases, norm weights or the scoring parameters (b, n, ...: 1-D), which
+        decay would pull towards 0, an arbitrary value for them. HF `Trainer` has its own rule (names with "bias" or
+        "norm"), which decays b and n; give it this one with
+        `trainer.get_decay_parameter_names = model.decay_parameter_names` (the Trainer passes the model it
+        optimises, e.g. a PEFT wrapper, whose names are then used)."""
+        model = self if model is None else model
+        return [name for name, parameter in model.named_parameters() if parameter.dim() >= 2]
 
     def save_pretrained(self, *args, **kwargs):
         self.check_built_scoring()  # a config.json that names another function than the saved weights hold
@@ -298,7 +331,14 @@ class SSAModelMixin:
                 f"{cls.__name__} from {source}: the weights' shapes do not match the model its config.json "
                 f"describes{lacking}. Restore the config.json saved with these weights (transformers logged the "
                 f"mismatched tensors above)") from None
-        restore_saved_scoring(model, info, _saved_scoring(source, kwargs), source)
+        converted = restore_saved_scoring(model, info, _saved_scoring(source, kwargs), source)
+        if converted:  # filled from the saved form: not missing, not left out (the report callers check)
+            prefix = getattr(model, "base_model_prefix", "") + "."
+            for field in ("missing_keys", "unexpected_keys"):
+                keys = info.get(field)
+                if keys is not None:
+                    kept = [k for k in keys if (k[len(prefix):] if k.startswith(prefix) else k) not in converted]
+                    info[field] = type(keys)(kept) if isinstance(keys, (set, list)) else kept
         model.validate_scoring_parameters(source=source)
         return (model, info) if wants_info else model
 

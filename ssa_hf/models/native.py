@@ -37,6 +37,7 @@ Part of the remote-code unit: imports only torch, the standard library and filel
 import contextlib
 import hashlib
 import importlib.util
+import math
 import os
 import platform
 import shutil
@@ -303,10 +304,18 @@ def _say(line):
 
 
 def _lock_timeout():
+    """$SSA_HF_BUILD_LOCK_TIMEOUT (default 900): a positive finite number of seconds, else a ValueError (not the
+    RuntimeError that falls back to the torch path: a setting to correct, never a silent wait forever, which
+    filelock makes of a negative timeout)."""
+    text = os.environ.get("SSA_HF_BUILD_LOCK_TIMEOUT", "900")
     try:
-        return float(os.environ.get("SSA_HF_BUILD_LOCK_TIMEOUT", "900"))
+        value = float(text)
     except ValueError:
-        raise RuntimeError("SSA_HF_BUILD_LOCK_TIMEOUT must be a number of seconds") from None
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"SSA_HF_BUILD_LOCK_TIMEOUT={text!r}: give a positive, finite number of seconds (default "
+                         f"900), or unset it")
+    return value
 
 
 @contextlib.contextmanager
@@ -315,11 +324,11 @@ def _build_lock(path):
     $SSA_HF_BUILD_LOCK_TIMEOUT seconds (default 900); then a RuntimeError (the torch path runs, one warning)."""
     from filelock import FileLock, Timeout
 
+    limit = _lock_timeout()  # (checked whether or not the lock is free)
     lock = FileLock(path)
     try:
-        lock.acquire(timeout=0.5)
+        lock.acquire(timeout=min(0.5, limit))
     except Timeout:
-        limit = _lock_timeout()
         _say(f"ssa-hf: waiting (at most {limit:.0f} s) for another process that is building the kernel "
              f"(lock {path})...")
         try:

@@ -7,9 +7,10 @@ perplexity and lm-eval), each with its declared confirmatory seeds, primary endp
 
 from .config import Endpoint, ICLExperiment, LMExperiment, ReproduceConfig, config_from_dict, load_config, scale_config_path
 from .pipeline import plan, run_reproduce
-from .verdict import INCONCLUSIVE, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, VERDICTS, measurable, paired_comparison, verdict
+from .verdict import EXCLUDED, INCONCLUSIVE, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, VERDICTS, measurable, paired_comparison, verdict
 
 __all__ = [
+    "EXCLUDED",
     "INCONCLUSIVE",
     "NOT_MEASURABLE",
     "NOT_REPRODUCED",

@@ -24,7 +24,8 @@ from typing import Any
 from ..options import ConfigError, from_dict, load_yaml
 
 DIRECTIONS = ("lower", "higher")
-SCALES = ("tiny", "cpu", "paper")
+SCALES = ("tiny", "cpu", "paper", "rehearsal")
+LAUNCH_KEYS = ("config_file", "num_processes", "kinds")
 INTERVALS = ("t", "bootstrap")
 TESTS = ("wilcoxon", "t", "sign")
 MULTIPLICITY = ("holm", "none")
@@ -47,8 +48,13 @@ class Endpoint:
     interval: t (paired Student-t interval of the mean difference) or bootstrap (paired percentile bootstrap,
         which covers too little at few seeds: 76% / 83% / 89% of nominal 95% at 3 / 5 / 10 seeds).
     label: a name for the table (default: made from the metric).
-    treatment, control, sweep, test_set, min_value, max_value: ICL endpoints only (the meaning of
-        ssa_hf.icl.config.PrimaryEndpoint; sweep null: sigma_sweep, or grid for the linear metrics).
+    treatment, control: the arms compared (ICL: attention scorings, default ssa minus softmax; language models:
+        arms of the experiment, default the experiment's own treatment and control). Filled in by validation.
+    sweep, test_set, min_value, max_value: ICL endpoints only (the meaning of ssa_hf.icl.config.PrimaryEndpoint;
+        sweep null: sigma_sweep, or grid for the linear metrics).
+    best_of: masked zorro_mean secondary endpoints only, instead of a treatment: two or more arms; per paradigm the
+        one with the higher mean accuracy over the compared seeds stands for SSA (the paper's "best SSA per
+        paradigm"). The choice is made on the figures it then compares, so it favours SSA: exploratory only.
     """
 
     metric: str = ""
@@ -56,12 +62,13 @@ class Endpoint:
     test: str = "wilcoxon"
     interval: str = "t"
     label: str | None = None
-    treatment: str = "ssa"
-    control: str = "softmax"
+    treatment: str | None = None
+    control: str | None = None
     sweep: str | None = None
     test_set: str = "balanced"
     min_value: float = 0.0
     max_value: float | None = None
+    best_of: list[str] | None = None
 
     def validate(self, where: str) -> None:
         if not self.metric:
@@ -95,14 +102,43 @@ class Power:
 
 
 @dataclass
+class Size:
+    """How big the models of a claim are and how long they trained, beside the paper's (RESULTS.md prints them
+    beside the verdict): parameters and training tokens (our run; the paper's)."""
+
+    parameters: float = 0.0
+    tokens: float = 0.0
+    paper_parameters: float = 0.0
+    paper_tokens: float = 0.0
+
+    def validate(self, where: str) -> None:
+        if not all(v > 0 for v in (self.parameters, self.tokens, self.paper_parameters, self.paper_tokens)):
+            raise ConfigError(f"{where}: parameters, tokens, paper_parameters and paper_tokens must all be > 0")
+
+
+@dataclass
 class Claim:
     """One claim of the paper: its words, the primary endpoint that decides its verdict, exploratory secondary
-    endpoints (3-4 at most, declared rather than every cell), and the power calculation behind its seeds."""
+    endpoints (3-4 at most, declared rather than every cell), and the power calculation behind its seeds.
+
+    margin: the equivalence margin of the primary difference, in its units (e.g. half the paper's effect): an
+        interval inside +-margin reads "paper-sized effect excluded at this scale"; null: no paper figure to size
+        it from. margin_source says how it was chosen; margin_seen: true when it was declared after the
+        confirmatory seeds' results were seen (the "excluded" verdict is then exploratory on those seeds).
+    floor, ceiling: per-paradigm bounds (Zorro, %): a paradigm where both arms sit at or below the floor, or at or
+        above the ceiling, reads "not measurable at this scale" and is flagged.
+    size: our models' parameters and training tokens beside the paper's."""
 
     claim: str = ""
     primary: Endpoint = field(default_factory=Endpoint)
     secondary: list[Endpoint] = field(default_factory=list)
     power: Power | None = None
+    margin: float | None = None
+    margin_source: str = ""
+    margin_seen: bool = False
+    floor: float | None = None
+    ceiling: float | None = None
+    size: Size | None = None
 
 
 @dataclass
@@ -172,7 +208,12 @@ class ReproduceConfig:
     ../shared/data (null: $SSA_HF_DATA_DIR or ../shared/data); level: the intervals' coverage; alpha: the level
     of the tests; multiplicity: holm (the verdicts use Holm-adjusted p over all primary endpoints) or none (each
     primary is tested alone at alpha; the Holm-adjusted p is shown beside it); workers: runs in parallel
-    processes (CPU); threads: torch threads per process."""
+    processes (one run each, every run an independent unit in its own folder); threads: torch threads per process;
+    devices: the devices the workers take, one each (cpu, cuda:0, cuda:1, ...; null: the config's `device`);
+    launch: how each language-model training starts: null in its worker's process, or {config_file: an accelerate
+    config (configs/accelerate/*.yaml), num_processes: N} through `accelerate launch` over N processes (null: every
+    visible GPU; a count of 1 trains in-process), kinds: [causal, masked] the kinds of model it applies to (null:
+    both; the others run one per worker))."""
 
     scale: str = "cpu"
     description: str = ""
@@ -183,6 +224,8 @@ class ReproduceConfig:
     workers: int = 1
     threads: int | None = 1
     device: str = "auto"
+    devices: list[str] | None = None
+    launch: dict[str, Any] | None = None
     icl: dict[str, ICLExperiment] = field(default_factory=dict)
     masked: LMExperiment | None = None
     causal: LMExperiment | None = None
@@ -197,6 +240,21 @@ class ReproduceConfig:
         if self.workers < 1 or (self.threads is not None and self.threads < 1):
             raise ConfigError(f"workers (--workers) and threads must be >= 1, got workers={self.workers}, "
                               f"threads={self.threads}")
+        for device in self.devices or []:
+            if not isinstance(device, str) or not (device == "cpu" or device == "cuda"
+                                                   or (device.startswith("cuda:") and device[5:].isdigit())):
+                raise ConfigError(f"devices (--devices): each must be cpu, cuda or cuda:N, got {device!r}")
+        if self.launch is not None:
+            unknown = sorted(set(self.launch) - set(LAUNCH_KEYS))
+            if unknown or not self.launch.get("config_file"):
+                raise ConfigError(f"launch: give {{config_file: configs/accelerate/<file>.yaml, num_processes: N}}, "
+                                  f"got {self.launch}" + (f" (unknown keys {unknown})" if unknown else ""))
+            count = self.launch.get("num_processes")
+            if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+                raise ConfigError(f"launch.num_processes: a whole number >= 1 (or null: every GPU), got {count!r}")
+            kinds = self.launch.get("kinds")
+            if kinds is not None and (not isinstance(kinds, list) or not set(kinds) <= set(LM_CLAIMS)):
+                raise ConfigError(f"launch.kinds: a list of {list(LM_CLAIMS)} (or null: both), got {kinds!r}")
         for name, experiment in self.icl.items():
             where = f"icl.{name}"
             if "seeds" in experiment.config:
@@ -217,15 +275,51 @@ class ReproduceConfig:
         return out + [(kind, getattr(self, kind)) for kind in LM_CLAIMS if getattr(self, kind) is not None]
 
 
-def _validate_claims(claims: dict[str, Claim], where: str, allowed: tuple[str, ...] | None) -> None:
+def _validate_claims(claims: dict[str, Claim], where: str, allowed: tuple[str, ...] | None,
+                     arms: tuple[str, str] = ("ssa", "softmax"), known_arms: list[str] | None = None) -> None:
+    """Check every claim; an endpoint that names no treatment/control gets `arms` (treatment, control); with
+    `known_arms` (a language-model experiment's arms) the arms an endpoint compares must be among them."""
     for name, claim in claims.items():
         if allowed is not None and name not in allowed:
             raise ConfigError(f"{where}.claims: unknown claim {name!r}; known: {list(allowed)}")
-        claim.primary.validate(f"{where}.claims.{name}.primary")
-        for i, endpoint in enumerate(claim.secondary):
-            endpoint.validate(f"{where}.claims.{name}.secondary[{i}]")
+        endpoints = [(claim.primary, f"{where}.claims.{name}.primary")]
+        endpoints += [(e, f"{where}.claims.{name}.secondary[{i}]") for i, e in enumerate(claim.secondary)]
+        for endpoint, at in endpoints:
+            endpoint.control = arms[1] if endpoint.control is None else endpoint.control
+            if endpoint.best_of is not None:
+                _validate_best_of(endpoint, at, known_arms)
+            else:
+                endpoint.treatment = arms[0] if endpoint.treatment is None else endpoint.treatment
+            endpoint.validate(at)
+            for arm in (endpoint.treatment, endpoint.control, *(endpoint.best_of or [])):
+                if arm is None:
+                    continue
+                if known_arms is not None and arm not in known_arms:
+                    raise ConfigError(f"{at}: arm {arm!r} (treatment/control) is not among arms {known_arms}")
         if claim.power is not None:
             claim.power.validate(f"{where}.claims.{name}.power")
+        if claim.margin is not None and not claim.margin > 0:
+            raise ConfigError(f"{where}.claims.{name}.margin: an equivalence margin must be > 0, got {claim.margin}")
+        if claim.floor is not None and claim.ceiling is not None and not claim.floor < claim.ceiling:
+            raise ConfigError(f"{where}.claims.{name}: floor ({claim.floor}) must be below ceiling ({claim.ceiling})")
+        if claim.size is not None:
+            claim.size.validate(f"{where}.claims.{name}.size")
+
+
+def _validate_best_of(endpoint: Endpoint, at: str, known_arms: list[str] | None) -> None:
+    """A best-of endpoint (Endpoint.best_of) selects its treatment after seeing the figures: never a primary."""
+    if at.endswith(".primary"):
+        raise ConfigError(f"{at}.best_of: a treatment chosen per paradigm after seeing the results cannot decide a "
+                          "verdict; declare it as a secondary endpoint")
+    if known_arms is None or endpoint.metric != "zorro_mean":
+        raise ConfigError(f"{at}.best_of: only for the masked experiment's zorro_mean (per-paradigm choice), got "
+                          f"metric {endpoint.metric!r}")
+    if endpoint.treatment is not None:
+        raise ConfigError(f"{at}: give either treatment or best_of, not both")
+    if len(set(endpoint.best_of)) < 2 or len(set(endpoint.best_of)) != len(endpoint.best_of):
+        raise ConfigError(f"{at}.best_of: name two or more distinct arms, got {endpoint.best_of}")
+    if endpoint.control in endpoint.best_of:
+        raise ConfigError(f"{at}.best_of: the control {endpoint.control!r} cannot be among them")
 
 
 def _validate_lm(experiment: LMExperiment, kind: str, claims: tuple[str, ...]) -> None:
@@ -238,7 +332,7 @@ def _validate_lm(experiment: LMExperiment, kind: str, claims: tuple[str, ...]) -
     for claim in claims:
         if claim not in experiment.claims:
             raise ConfigError(f"{kind}.claims.{claim}: declare the claim's primary endpoint")
-    _validate_claims(experiment.claims, kind, claims)
+    _validate_claims(experiment.claims, kind, claims, (experiment.treatment, experiment.control), list(experiment.arms))
 
 
 def _mapping(value: Any, where: str) -> dict:
@@ -256,8 +350,10 @@ def _claim(value: Any, where: str) -> Claim:
                  for i, e in enumerate(data.pop("secondary", None) or [])]
     power = data.pop("power", None)
     power = None if power is None else from_dict(Power, _mapping(power, f"{where}.power"), f"{where}.power")
+    size = data.pop("size", None)
+    size = None if size is None else from_dict(Size, _mapping(size, f"{where}.size"), f"{where}.size")
     claim = from_dict(Claim, data, where)
-    claim.primary, claim.secondary, claim.power = primary, secondary, power
+    claim.primary, claim.secondary, claim.power, claim.size = primary, secondary, power, size
     return claim
 
 
@@ -286,12 +382,24 @@ def config_from_dict(data: dict[str, Any]) -> ReproduceConfig:
     return config.validate()
 
 
+def config_to_dict(config: ReproduceConfig) -> dict[str, Any]:
+    """The mapping `config_from_dict` reads back into the same config (what --emit-commands writes)."""
+    from dataclasses import asdict
+
+    data = asdict(config)
+    for kind in LM_CLAIMS:
+        if data[kind] is None:
+            data.pop(kind)
+    return data
+
+
 def load_config(path: str | Path) -> ReproduceConfig:
     """A ReproduceConfig from a YAML file (`base: FILE` merges another file under it)."""
     try:
         return config_from_dict(load_yaml(path))
     except (ConfigError, ValueError, TypeError) as error:
-        raise ConfigError(f"{path}: {error}") from None
+        message = str(error)  # (load_yaml's own errors name the file already)
+        raise ConfigError(message if message.startswith(str(path)) else f"{path}: {message}") from None
 
 
 def scale_config_path(scale: str) -> Path:

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..reporting import atomic_write_json
+from ..regular_files import read_json
+from ..reporting import atomic_write_bytes, atomic_write_json, open_for_append
 from ..options import deep_merge, load_yaml
 from .config import LMExperiment, ReproduceConfig
 
@@ -52,15 +53,19 @@ def pretrain_values(experiment: LMExperiment, arm: str, seed: int, run_dir: Path
 
 def lm_specs(kind: str, experiment: LMExperiment, config: ReproduceConfig, root: Path,
              seeds: list[int] | None = None) -> list[dict]:
-    """One picklable job description per (arm, seed) of `experiment` (treatment and control only; `seeds`: those
-    seeds, by default the confirmatory then the exploratory ones)."""
+    """One picklable job description per (arm, seed) of `experiment` (every arm: the control, the treatment, then
+    the others, e.g. a second SSA setting for secondary endpoints; `seeds`: those seeds, by default the
+    confirmatory then the exploratory ones). `id` names the run as `--unit` and --emit-commands do."""
     specs = []
     seeds = list(experiment.seeds.confirmatory) + list(experiment.seeds.exploratory) if seeds is None else seeds
-    for arm_index, arm in enumerate((experiment.control, experiment.treatment)):
+    arms = [experiment.control, experiment.treatment] + [a for a in experiment.arms
+                                                         if a not in (experiment.control, experiment.treatment)]
+    for arm_index, arm in enumerate(arms):
         for seed_index, seed in enumerate(seeds):
             run_dir = root / kind / f"{arm}-seed{seed}"
             train = pretrain_values(experiment, arm, seed, run_dir, config.threads)
-            specs.append({"kind": kind, "arm": arm, "seed": seed, "run_dir": str(run_dir), "train": train,
+            specs.append({"type": "lm", "id": f"{kind}/{arm}-seed{seed}", "kind": kind, "arm": arm, "seed": seed,
+                          "run_dir": str(run_dir), "train": train,
                           "arm_index": arm_index, "seed_index": seed_index,
                           "evaluation": experiment.evaluation, "data_dir": config.data_dir, "threads": config.threads,
                           "key": _key({"train": {k: v for k, v in train.items() if k != "resume"},
@@ -73,7 +78,7 @@ def check_train_folders(specs: list[dict]) -> None:
     problems = []
     for spec in specs:
         marker = Path(spec["run_dir"]) / TRAIN_KEY
-        if marker.is_file() and json.loads(marker.read_text()).get("key") != _train_key(spec):
+        if marker.is_file() and read_json(marker).get("key") != _train_key(spec):
             problems.append(f"  {spec['run_dir']}")
     if problems:
         raise ValueError("these run folders were trained with other settings:\n" + "\n".join(problems)
@@ -84,25 +89,61 @@ def _train_key(spec: dict) -> str:
     return _key({k: v for k, v in spec["train"].items() if k != "resume"})
 
 
-def _train(spec: dict) -> tuple[Path, dict]:
-    """Train (or resume, or reuse) the run's model; (its final folder, its metrics)."""
+def _train(spec: dict, device: str | None = None, launch: dict | None = None, log=None) -> tuple[Path, dict]:
+    """Train (or resume, or reuse) the run's model; (its final folder, its metrics). device "cpu": on the CPU
+    (the run's key does not change); launch {config_file, num_processes > 1}: through `accelerate launch`."""
     from ..train import load_config, pretrain
 
     run_dir = Path(spec["run_dir"])
     final = run_dir / "train" / "final"
     marker = run_dir / TRAIN_KEY
-    finished = marker.is_file() and json.loads(marker.read_text()).get("finished")
+    finished = marker.is_file() and read_json(marker).get("finished")
     if not (finished and (final / "metrics.json").is_file()):
         atomic_write_json(marker, {"key": _train_key(spec), "finished": False})
-        pretrain(load_config(None, spec["train"]))
+        values = {**spec["train"], **({"cpu": True} if device == "cpu" else {})}
+        if launch and int(launch.get("num_processes") or 1) > 1:
+            launch_training(values, run_dir, launch, log)
+        else:
+            pretrain(load_config(None, values))
         atomic_write_json(marker, {"key": _train_key(spec), "finished": True})
-    return final, json.loads((final / "metrics.json").read_text())
+    return final, read_json(final / "metrics.json")
+
+
+def launch_command(config_path: Path, launch: dict) -> list[str]:
+    """`accelerate launch` of `ssa-hf pretrain --config config_path` over launch's processes."""
+    import sys
+
+    from ..resources import config_file
+
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+            str(config_file(str(launch["config_file"]))), "--num_processes", str(int(launch["num_processes"])),
+            "-m", "ssa_hf.cli", "pretrain", "--config", str(config_path)]
+
+
+def launch_training(values: dict, run_dir: Path, launch: dict, log=None) -> None:
+    """One training through `accelerate launch` (its config beside the run: pretrain.yaml); its output to `log`.
+    A failed launch raises RuntimeError naming the run and its log."""
+    import subprocess
+
+    import yaml
+
+    path = run_dir / "pretrain.yaml"
+    atomic_write_bytes(path, yaml.safe_dump(values, sort_keys=False).encode())
+    command = launch_command(path, launch)
+    if log is not None:
+        log.write("$ " + " ".join(command) + "\n")
+        log.flush()
+    done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT if log is not None else None,
+                          env=dict(os.environ), check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{run_dir}: `accelerate launch` of the training exited with {done.returncode} "
+                           f"(its output: {run_dir / 'run.log'})")
 
 
 def _cached(path: Path, key: str, compute) -> Any:
     """compute(), stored in `path` with `key`; reused while the key is unchanged."""
     if path.is_file():
-        stored = json.loads(path.read_text())
+        stored = read_json(path)
         if stored.get("key") == key:
             return stored["value"]
     value = compute()
@@ -186,24 +227,25 @@ def data_dir_env(path):
             os.environ["SSA_HF_DATA_DIR"] = saved
 
 
-def run_lm_job(spec: dict) -> dict:
+def run_lm_job(spec: dict, device: str | None = None, launch: dict | None = None) -> dict:
     """Train and evaluate one (arm, seed) run (in a worker process); its result, also written to result.json.
-    The pipelines' own output (progress bars, warnings) goes to the run's run.log."""
+    The pipelines' own output (progress bars, warnings) goes to the run's run.log. device, launch: `_train`."""
     import torch
 
     run_dir = Path(spec["run_dir"])
     cached = run_dir / RESULT
     if cached.is_file():
-        previous = json.loads(cached.read_text())
+        previous = read_json(cached)
         if previous.get("key") == spec["key"]:
             return {**previous, "reused": True}
     if spec["threads"]:
         torch.set_num_threads(int(spec["threads"]))
     started = time.perf_counter()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / "run.log", "a", encoding="utf-8") as log, contextlib.redirect_stderr(log), \
+    # (run_dir is OUT/<kind>/<arm>-seed<k>: no link from OUT down to the log, never appended through one)
+    with open_for_append(run_dir.parents[1], run_dir / "run.log", "reproduce output folder") as log, \
+            contextlib.redirect_stderr(log), \
             data_dir_env(spec["data_dir"]):
-        final, metrics = _train(spec)
+        final, metrics = _train(spec, device, launch, log)
         evaluations = {}
         for name, evaluate in EVALUATIONS[spec["kind"]].items():
             if spec["evaluation"].get(name) is not None:
@@ -236,21 +278,85 @@ def describe_lm_result(result: dict) -> str:
     return f"{result['kind']} {result['arm']} seed {result['seed']}: {', '.join(parts)} ({timing})"
 
 
-def run_lm_jobs(specs: list[dict], workers: int, progress) -> list[dict]:
-    """Run the jobs (in `workers` processes when > 1), calling progress(index, total, result) after each."""
-    check_train_folders(specs)
-    results = []
-    if workers == 1 or len(specs) <= 1:
-        for i, spec in enumerate(specs):
-            results.append(run_lm_job(spec))
-            progress(i + 1, len(specs), results[-1])
-        return results
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+_WORKER_DEVICE: str | None = None  # the device a worker process took (`_take_device`)
 
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(run_lm_job, spec) for spec in specs]
-        for i, future in enumerate(futures):
-            results.append(future.result())
-            progress(i + 1, len(specs), results[-1])
+
+def _take_device(devices: list[str], counter) -> None:
+    """Worker initializer: take the next of `devices`; a GPU is made the only one the worker sees (so that every
+    library's "cuda" is that GPU), a CPU worker sees none."""
+    global _WORKER_DEVICE
+    with counter.get_lock():
+        index = counter.value
+        counter.value += 1
+    device = devices[index % len(devices)]
+    if device.startswith("cuda"):
+        os.environ["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1] if ":" in device else "0"
+        device = "cuda"
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    _WORKER_DEVICE = device
+
+
+def run_unit(unit: dict, launch: dict | None = None) -> dict:
+    """Run one independent unit (an ICL run or a language-model run) on this worker's device; its result."""
+    device = _WORKER_DEVICE or unit.get("device")
+    if unit["type"] == "icl":
+        from ..icl.pipeline import run_one
+
+        spec, eval_cfg, length, run_dir = unit["args"]
+        return run_one(spec, eval_cfg, length, run_dir, device or "auto", unit.get("threads"), progress=False)
+    return run_lm_job(unit, device, launch)
+
+
+def uses_launch(launch: dict | None, kind: str | None = None) -> bool:
+    """Whether trainings (of `kind`) go through `accelerate launch`: more than one process, and the kind listed."""
+    return (bool(launch) and int(launch.get("num_processes") or 1) > 1
+            and (kind is None or launch.get("kinds") is None or kind in launch["kinds"]))
+
+
+def run_units(units: list[dict], workers: int, progress, devices: list[str] | None = None,
+              launch: dict | None = None) -> list[dict]:
+    """Run `units`, each independent (its own folder; a finished one is reused, an interrupted one resumes):
+    `workers` at a time in worker processes, each taking one of `devices` in turn (or in this process: one
+    worker and no devices). Language-model runs under `launch` (accelerate, several processes each) run one
+    after the other from this process, each over all the devices. progress(index, total, result) after each."""
+    check_train_folders([u for u in units if u["type"] == "lm"])
+    launched = [u for u in units if u["type"] == "lm" and uses_launch(launch, u["kind"])]
+    pooled = [u for u in units if u not in launched]
+    results, total = [], len(units)
+
+    def done(result):
+        results.append(result)
+        progress(len(results), total, result)
+
+    if pooled and (workers > 1 or devices):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        context = multiprocessing.get_context("spawn")
+        counter = context.Value("i", 0)
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_take_device,
+                                 initargs=(list(devices or ["cpu"]) if devices else [_default_device(pooled)], counter)) as pool:
+            for future in as_completed([pool.submit(run_unit, unit) for unit in pooled]):
+                done(future.result())
+    else:
+        for unit in pooled:
+            done(run_unit(unit))
+    for unit in launched:
+        done(run_unit(unit, launch))
     return results
+
+
+def _default_device(units: list[dict]) -> str:
+    """Workers without --devices: the config's device (auto: a GPU if there is one, else the CPU)."""
+    device = next((u.get("device") for u in units if u.get("device")), "auto")
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def run_lm_jobs(specs: list[dict], workers: int, progress) -> list[dict]:
+    """The language-model runs alone (`run_units`)."""
+    return run_units(specs, workers, progress)

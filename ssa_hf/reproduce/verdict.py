@@ -1,4 +1,5 @@
-"""Paired comparisons of two arms across seeds, the verdict rule of RESULTS.md, and when a scale cannot measure.
+"""Paired comparisons of two arms across seeds and the words of RESULTS.md; the verdict rule itself is
+ssa_hf.icl.stats.verdict (one implementation, used by the ICL report too).
 
 Every comparison is treatment minus control, paired by seed (the same seed gives both arms the same data, prompts
 and initial weights). Its interval is a paired Student-t interval of the mean difference (the default: its coverage
@@ -7,14 +8,13 @@ percentile bootstrap of ssa_hf.icl.stats (which covers 76% / 83% / 89% of nomina
 only where a config asks for it, and marked). The exact Wilcoxon signed-rank and sign tests and the paired t-test
 are computed for every row.
 
-The one verdict rule, for a primary endpoint whose paper direction is `lower` (or `higher`) for treatment minus
-control, with its declared test at alpha:
-- not measurable at this scale: the control arm does not beat the trivial baseline (chance, majority, predict-0)
-  by more than one standard error of its mean across seeds (`measurable`), so no difference of the paper's kind
-  can show; decided before looking at the treatment;
-- reproduced: the declared test rejects at alpha AND the interval excludes 0 on the paper's side;
-- not reproduced: the declared test rejects at alpha AND the interval excludes 0 on the other side (the treatment
-  is worse);
+The verdict of a primary endpoint (ssa_hf.icl.stats.verdict), with its declared test at alpha:
+- not measurable at this scale: BOTH arms sit at the trivial baseline (neither beats it by more than one standard
+  error of its mean across seeds), so this scale shows nothing of the paper's kind;
+- reproduced at this scale: the declared test rejects at alpha AND the interval excludes 0 on the paper's side;
+- not reproduced at this scale: the declared test rejects AND the interval excludes 0 on the other side;
+- paper-sized effect excluded at this scale: neither, and the interval lies inside the claim's declared
+  equivalence margin (e.g. half the paper's effect);
 - inconclusive at this scale: anything else.
 Secondary endpoints never get these words: they read "exploratory, nominal p = ...".
 """
@@ -24,11 +24,14 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..icl.stats import compare_paired, mean_ci, paired_t_test
+from ..icl.stats import (EXCLUDED, INCONCLUSIVE, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, VERDICTS,
+                         arm_beats_baseline, at_bound, beats_baseline, compare_paired, inside_margin, mean_ci, measurable,
+                         paired_t_test, smallest_p, standard_error, survives, verdict)
 
-REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive at this scale"
-NOT_MEASURABLE = "not measurable at this scale"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_MEASURABLE)
+__all__ = ["EXCLUDED", "INCONCLUSIVE", "NOT_MEASURABLE", "NOT_REPRODUCED", "REPRODUCED", "TEST_NAMES", "VERDICTS",
+           "arm_beats_baseline", "at_bound", "beats_baseline", "describe_rule", "exploratory_reading", "inside_margin",
+           "measurable", "paired_comparison", "smallest_p", "standard_error", "survives", "test_p", "verdict"]
+
 TEST_NAMES = {"wilcoxon": "Wilcoxon signed-rank", "t": "paired t", "sign": "sign"}
 
 
@@ -73,54 +76,17 @@ def test_p(comparison: dict, test: str) -> float | None:
     return comparison.get(key)
 
 
-def measurable(control: Sequence[float], baseline: float | None, direction: str) -> bool | None:
-    """Whether the control arm beats the trivial baseline by more than one standard error of its mean across
-    seeds, on the better side of `direction` (lower: errors, MSE, NLL; higher: accuracies). None: no baseline
-    (nothing to decide). An arm that sits at the baseline (an untrained model, an always-"no" answer) is not."""
-    if baseline is None:
-        return None
-    values = [float(v) for v in control]
-    if not values or not all(math.isfinite(v) for v in values):
-        return False
-    mean = sum(values) / len(values)
-    se = (_sd(values) or 0.0) / math.sqrt(len(values))
-    margin = (baseline - mean) if direction == "lower" else (mean - baseline)
-    return margin > se
-
-
-def verdict(low: float | None, high: float | None, direction: str, p: float | None, alpha: float = 0.05,
-            is_measurable: bool | None = True) -> str:
-    """The verdict of a primary endpoint (module doc): a declared test's `p` and the interval [low, high] of
-    treatment minus control must agree; `is_measurable` False reads "not measurable at this scale"."""
-    if direction not in ("lower", "higher"):
-        raise ValueError(f"direction must be 'lower' or 'higher', got {direction!r}")
-    if low is not None and high is not None and low > high:
-        raise ValueError(f"interval out of order: [{low}, {high}]")
-    if is_measurable is False:
-        return NOT_MEASURABLE
-    if p is None or low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
-        return INCONCLUSIVE
-    if p >= alpha:
-        return INCONCLUSIVE
-    below, above = high < 0, low > 0
-    if (below and direction == "lower") or (above and direction == "higher"):
-        return REPRODUCED
-    if below or above:
-        return NOT_REPRODUCED
-    return INCONCLUSIVE
-
-
 def exploratory_reading(p: float | None, test: str, is_measurable: bool | None = True) -> str:
     """What a secondary row says instead of a verdict."""
     text = "exploratory" + ("" if p is None else f", nominal p = {p:.3g} ({TEST_NAMES[test]})")
-    return text + ("; not measurable at this scale" if is_measurable is False else "")
+    return text + (f"; {NOT_MEASURABLE}" if is_measurable is False else "")
 
 
 def describe_rule(level: float, alpha: float, multiplicity: str = "none", primaries: int | None = None) -> str:
     family = (f"Each primary endpoint is tested alone at alpha = {alpha:g} (no family-wise correction); the Holm-adjusted "
-              f"p over the {primaries or 'all'} primary endpoints is shown beside it, and with that many tests at "
-              f"{alpha:g} the chance of at least one false 'reproduced' when nothing is real is up to "
-              f"{100 * (1 - (1 - alpha) ** (primaries or 1)):.0f}%."
+              f"p over the {primaries or 'all'} primary endpoints is shown beside it with whether the verdict survives "
+              f"it, and with that many tests at {alpha:g} the chance of at least one false 'reproduced' when nothing is "
+              f"real is up to {100 * (1 - (1 - alpha) ** (primaries or 1)):.0f}%."
               if multiplicity == "none" else
               f"The verdicts use Holm-adjusted p-values over the {primaries or 'all'} primary endpoints "
               f"(family-wise error at most {alpha:g}).")
@@ -128,9 +94,11 @@ def describe_rule(level: float, alpha: float, multiplicity: str = "none", primar
             "paired Student-t interval of the mean difference (marked 'bootstrap' where a config asks for the "
             "percentile bootstrap). Only the confirmatory seeds (declared in the config before their runs; never the "
             "seeds seen earlier) decide a verdict, and only on each claim's primary endpoint, with its declared test: "
-            f"**reproduced**: the test has p < {alpha:g} AND the interval excludes 0 on the paper's side; "
-            f"**not reproduced**: p < {alpha:g} AND the interval excludes 0 on the other side (SSA worse); "
-            "**inconclusive at this scale**: anything else; **not measurable at this scale**: the control arm does not "
-            "beat the trivial baseline (chance, majority answer, predicting 0) by more than one standard error of its "
-            "mean across seeds (for ICL: at sigma 1, in distribution), so no effect of the paper's kind can show. "
+            "**not measurable at this scale**: BOTH arms sit at the trivial baseline (chance or the majority answer "
+            "of the full evaluation split, predicting 0, the uniform distribution; for ICL at sigma 1, in "
+            "distribution): neither beats it by more than one standard error of its mean across seeds; "
+            f"**reproduced at this scale**: the test has p < {alpha:g} AND the interval excludes 0 on the paper's side; "
+            f"**not reproduced at this scale**: p < {alpha:g} AND the interval excludes 0 on the other side (SSA worse); "
+            "**paper-sized effect excluded at this scale**: neither, and the interval lies inside the claim's declared "
+            "equivalence margin (half the paper's effect); **inconclusive at this scale**: anything else. "
             f"{family} Secondary rows and exploratory seeds are exploratory: they show a nominal p and carry no verdict.")

@@ -127,7 +127,7 @@ def benchmark_training(bench: BenchConfig, output_dir: str | None = None) -> Ben
     result = BenchResult(config=asdict(bench), machine=machine_description(), rows=rows, ratio_ssa_over_softmax=ratio,
                          table=table)
     if output_dir is not None:
-        out = OutputDir(output_dir)
+        out = OutputDir(output_dir, writes=["bench_train.json", "bench_train.md"])
         out.write_json("bench_train.json", asdict(result))
         machine = ", ".join(f"{k} {v}" for k, v in result.machine.items() if v is not None)
         out.write_markdown("bench_train.md", f"# Training throughput: SSA vs softmax\n\nconfig `{bench.config}`, "

@@ -17,7 +17,6 @@ manifest verifies; `--resume latest` takes the newest that does and names the ne
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import os
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..regular_files import NotARegularFileError, open_regular, read_json
 from ..reporting import FileTooLargeError, NoSpaceError, atomic_folder, atomic_write_json
 from .state import CheckpointError, NonFiniteError, capture_state, load_state, non_finite_tensors, read_process_json, write_state
 
@@ -47,7 +47,7 @@ def checkpoints_dir(output_dir: str | os.PathLike) -> Path:
 
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -69,18 +69,22 @@ def verify_checkpoint(folder: str | os.PathLike, required: tuple[str, ...] = (ST
     else what is wrong."""
     folder = Path(folder)
     try:
-        manifest = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+        manifest = read_json(folder / MANIFEST_FILE)  # (a FIFO is refused, never waited on)
         files = manifest["files"]
         if manifest.get("format") != MANIFEST_FORMAT or not isinstance(files, dict):
             return f"{MANIFEST_FILE} is not an ssa-hf checkpoint manifest ({manifest.get('format')!r})"
     except FileNotFoundError:
         return f"no {MANIFEST_FILE} (written last, so the save did not finish)"
+    except NotARegularFileError as error:
+        return str(error)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         return f"{MANIFEST_FILE} is unreadable ({type(error).__name__})"
     for name, entry in files.items():
         path = folder / name
-        if ".." in Path(name).parts or not path.is_file():
+        if ".." in Path(name).parts or not path.exists():
             return f"{name} is missing"
+        if not path.is_file():  # a FIFO or a device would block the hash below
+            return f"{name} is not a regular file"
         if path.stat().st_size != entry.get("size"):
             return f"{name} has {path.stat().st_size} bytes, the manifest says {entry.get('size')} (truncated?)"
         if _sha256(path) != entry.get("sha256"):
@@ -245,7 +249,7 @@ def read_trainer_state(checkpoint: Path) -> dict[str, Any]:
     """trainer_state.json, its counters checked (whole numbers >= 0, one per process)."""
     path = Path(checkpoint) / STATE_FILE
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = read_json(path)
     except (OSError, ValueError) as error:
         raise CheckpointError(f"{path}: unreadable ({type(error).__name__}); the checkpoint is damaged") from None
     whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0  # noqa: E731

@@ -204,16 +204,11 @@ class PretrainConfig:
 
     def _validate_uptraining(self) -> None:
         """model.pretrained, the scoring learning rate and warm-up, LoRA."""
-        if self.model.pretrained is not None:
-            clashes = [name for name, given in (
-                ("model.attention_scoring", self.model.attention_scoring is not None),
-                ("model.overrides", bool(self.model.overrides)),
-                ("tokenizer.pretrained", self.tokenizer.pretrained is not None),
-            ) if given]
-            if clashes:
-                raise ConfigError(f"model.pretrained: the model folder gives the config and the tokenizer; drop "
-                                  f"{', '.join(clashes)} (to change the scoring function convert the folder first: "
-                                  "ssa-hf convert SRC DST --init matched)")
+        if self.model.pretrained is not None and self.tokenizer.pretrained is not None:
+            # (model.attention_scoring and model.overrides may stay: setup checks them against the folder's config,
+            # so the config of the run that wrote the folder continues it unchanged)
+            raise ConfigError("model.pretrained: the model folder gives the config and the tokenizer; drop "
+                              "tokenizer.pretrained")
         if self.scoring_learning_rate is not None and not (math.isfinite(self.scoring_learning_rate)
                                                            and self.scoring_learning_rate > 0):
             raise ConfigError(f"scoring_learning_rate: must be a finite number > 0 (or null), got {self.scoring_learning_rate}")

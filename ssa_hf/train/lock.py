@@ -9,12 +9,12 @@ first one.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import socket
 import sys
 from pathlib import Path
 
+from ..regular_files import read_json
 from ..reporting import atomic_write_json, make_output_folder, refuse_links_out
 
 LOCK_FILE = "run.lock"
@@ -46,7 +46,7 @@ class RunLock:
 
     def owner(self) -> dict | None:
         try:
-            return json.loads(self.owner_file.read_text(encoding="utf-8"))
+            return read_json(self.owner_file)
         except (OSError, ValueError):
             return None
 

@@ -25,7 +25,7 @@ import torch
 
 from ..data.corpus import batch_generator, collate_causal
 from ..models.modeling_common import scoring_parameter_problems
-from ..reporting import atomic_write_json
+from ..reporting import atomic_write_json, open_for_append, refuse_overlap
 from .checkpoint import list_checkpoints, on_main, save_checkpoint
 from .config import ConfigError, PretrainConfig
 from .lock import RunLock
@@ -44,7 +44,7 @@ from .metrics import (
 )
 from .resume import finished_run
 from .setup import (Run, check_push_settings, check_schedule, make_accelerator, model_config_for, prime_adam_state,
-                    setup_run, start_point)
+                    refuse_foreign_run_folder, setup_run, start_point)
 from .state import NonFiniteError, ScoringParameterError
 from .uptrain import hold_all_but_scoring, is_scoring, source_record
 from .validation import evaluate
@@ -72,6 +72,10 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     output_dir = Path(config.output_dir)
     if output_dir.exists() and not output_dir.is_dir():
         raise ConfigError(f"output_dir {output_dir} is a file, not a folder; give a folder path")
+    for source in (config.model.pretrained, config.tokenizer.pretrained):  # its final/ and checkpoints/ are replaced
+        if source and Path(source).expanduser().exists():
+            refuse_overlap(output_dir, [Path(source).expanduser()], "output_dir")
+    refuse_foreign_run_folder(config, output_dir)
     check_push_settings(config)
     check_schedule(config)
     from ..hub.cards import card_template
@@ -329,7 +333,7 @@ def log(run: Run, record: dict[str, Any]) -> None:
     numbers = {k: v for k, v in record.items() if k != "step" and isinstance(v, (int, float))}
     run.accelerator.log(numbers, step=run.step)
     if run.main:
-        with open(run.output_dir / "log_history.jsonl", "a", encoding="utf-8") as handle:
+        with open_for_append(run.output_dir, run.output_dir / "log_history.jsonl", "run folder") as handle:
             handle.write(json.dumps(record) + "\n")
 
 

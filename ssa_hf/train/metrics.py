@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..regular_files import check_regular_file, read_text
 from ..reporting import atomic_write_bytes
 from .checkpoint import on_main
 from .config import PretrainConfig
@@ -125,16 +126,34 @@ def gather_floats(accelerator, value: float) -> list[float]:
 
 def truncate_history(path: Path, step: int) -> None:
     """Drop the records written after the checkpoint a run resumes from."""
+    kept = [line for line, record in _history_lines(path) if record.get("step", 0) <= step]
+    if path.is_file():
+        atomic_write_bytes(path, ("\n".join(kept) + "\n").encode() if kept else b"")
+
+
+def _history_lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(line, record) of log_history.jsonl; a FIFO or a device there is refused (the run appends to the file: that
+    would block), a line that is not a JSON object named."""
+    check_regular_file(path, "the run's history")
     if not path.is_file():
-        return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= step]
-    atomic_write_bytes(path, ("\n".join(kept) + "\n").encode() if kept else b"")
+        return []
+    found = []
+    for number, line in enumerate(read_text(path).splitlines(), 1):
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except ValueError as error:
+                record = error
+            if not isinstance(record, dict):
+                what = record if isinstance(record, ValueError) else f"a {type(record).__name__}"
+                raise ValueError(f"{path}, line {number}: not a JSON object of the run's history ({what}); fix or "
+                                 f"remove the line, or delete the file (the metrics of the steps before it are lost)")
+            found.append((line, record))
+    return found
 
 
 def read_history(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [record for _, record in _history_lines(path)]
 
 
 def recorded_start_eval(path: Path) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ..regular_files import read_json_object
 from .checkpoint import read_trainer_state
 from .config import ConfigError, PretrainConfig
 
@@ -61,7 +62,9 @@ def check_resume(config: PretrainConfig, checkpoint: Path) -> int:
         raise ConfigError(
             f"--resume: max_steps={config.max_steps}, but {checkpoint}'s run had max_steps={saved_max}, which its "
             f"{config.lr_scheduler} schedule spans: changing it would silently re-span the schedule from step {step}. "
-            f"Resume with max_steps={saved_max}, or start a new run (a constant schedule can be extended)")
+            f"Resume with max_steps={saved_max}; or, to train on from its weights with a new schedule, start a new run "
+            f"from its final folder: --model.pretrained {checkpoint.parent.parent / 'final'} --output_dir NEW_DIR "
+            f"(a constant schedule can be extended in place)")
     if config.stop_after_steps is not None and config.stop_after_steps <= step < config.max_steps:
         raise ConfigError(f"--resume: stop_after_steps={config.stop_after_steps} is not after {checkpoint}'s step "
                           f"{step}; give a later step (or drop stop_after_steps)")
@@ -77,4 +80,4 @@ def finished_run(config: PretrainConfig, output_dir: Path, checkpoint: Path | No
     logger.warning("--resume: the run already reached max_steps=%d (%s); nothing to do: metrics.json and final/ are "
                    "kept as they are", step, checkpoint)
     source = output_dir / "metrics.json"
-    return json.loads((source if source.is_file() else final_metrics).read_text(encoding="utf-8"))
+    return read_json_object(source if source.is_file() else final_metrics)  # (damaged: one line naming it)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..data.corpus import Corpus, MaskedCollator, build_corpus, iter_text_column, split_validation
-from ..data.tokenizer import load_pretrained_tokenizer, special_token_ids, train_bpe_tokenizer
+from ..data.tokenizer import check_tokenizer_source, load_pretrained_tokenizer, special_token_ids, train_bpe_tokenizer
 from ..reporting import atomic_write_bytes, remove_stale_temporaries
 from .checkpoint import PATTERN, ResumePoint, checkpoints_dir, load_checkpoint, on_main, resolve_resume
 from .config import ConfigError, PretrainConfig
@@ -116,6 +116,7 @@ def run_tokenizer(config: PretrainConfig, accelerator, output_dir: Path, checkpo
     from transformers import AutoTokenizer
 
     if checkpoint is not None:
+        check_tokenizer_source(checkpoint / "tokenizer")  # (a FIFO there: one line, never a hang)
         return AutoTokenizer.from_pretrained(str(checkpoint / "tokenizer"), trust_remote_code=False)
     if accelerator.is_main_process:
         tokenizer = obtain_tokenizer(config, train_texts)
@@ -176,6 +177,16 @@ def start_point(config: PretrainConfig, output_dir: Path) -> ResumePoint:
     return point
 
 
+def refuse_foreign_run_folder(config: PretrainConfig, output_dir: Path) -> None:
+    """Before the lock is taken (nothing written yet): --overwrite_output_dir deletes checkpoints only in a run folder
+    ssa-hf wrote - every run writes training_config.yaml before its first checkpoint."""
+    if (config.overwrite_output_dir and any(PATTERN.match(p.name) for p in _children(checkpoints_dir(output_dir)))
+            and not (output_dir / "training_config.yaml").is_file()):
+        raise ConfigError(f"output_dir {output_dir} has a checkpoints/ folder but is not a run folder ssa-hf wrote "
+                          "(no training_config.yaml); --overwrite_output_dir deletes only such folders' checkpoints: "
+                          "remove it yourself, or give another output_dir")
+
+
 def _children(folder: Path) -> list[Path]:
     return list(folder.iterdir()) if folder.is_dir() else []
 
@@ -213,7 +224,7 @@ def model_config_for(config: PretrainConfig, tokenizer=None):
     from ..presets import load_model_config
 
     if config.model.pretrained is not None:
-        return _checked_model_config(config, pretrained_model_config(config), tokenizer)
+        return _checked_model_config(config, _agreeing_with_folder(config, pretrained_model_config(config)), tokenizer)
     overrides = dict(config.model.overrides)
     if config.model.attention_scoring is not None:
         overrides["attention_scoring"] = config.model.attention_scoring
@@ -228,6 +239,26 @@ def model_config_for(config: PretrainConfig, tokenizer=None):
         ids.pop("vocab_size", None)
         overrides.update(ids)
     return _checked_model_config(config, load_model_config(config.model.preset, **overrides))
+
+
+def _agreeing_with_folder(config: PretrainConfig, model_config):
+    """The config of `model.pretrained`, once the run config's model.attention_scoring and model.overrides (where
+    given) agree with it: the config of the run that wrote the folder continues it as it is, and nothing given is
+    silently ignored."""
+    given = dict(config.model.overrides)
+    if config.model.attention_scoring is not None:
+        given["attention_scoring"] = config.model.attention_scoring
+
+    def same(a, b) -> bool:
+        return (list(a) == list(b)) if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) else a == b
+
+    differ = [f"{key}={value!r} (the folder has {getattr(model_config, key, None)!r})" for key, value in given.items()
+              if not same(value, getattr(model_config, key, None))]
+    if differ:
+        raise ConfigError(f"model.pretrained: the model folder gives the model config, and the run config differs: "
+                          f"{'; '.join(differ)}. Drop these from model (e.g. --model.attention_scoring null), or to "
+                          f"change the scoring function convert the folder first: ssa-hf convert SRC DST --init matched")
+    return model_config
 
 
 def _checked_model_config(config: PretrainConfig, model_config, tokenizer=None):
@@ -312,6 +343,9 @@ def make_scheduler(optimizer, config: PretrainConfig):
 
 
 def _mixed_precision(config: PretrainConfig, use_cpu: bool) -> str:
+    if config.mixed_precision == "fp16" and use_cpu:  # accelerate has no CPU fp16: it would train in float32
+        raise ConfigError("mixed_precision: fp16 needs a GPU (float16 autocast with loss scaling); on the CPU it "
+                          "would train in float32 while the run records fp16. Use bf16 (CPU autocast) or no")
     if config.mixed_precision != "auto":
         return config.mixed_precision
     if not use_cpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported():

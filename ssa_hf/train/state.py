@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..regular_files import check_regular_file, read_json
+
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_TENSORS = "optimizer.safetensors"
 OPTIMIZER_JSON = "optimizer.json"
@@ -236,7 +238,7 @@ def _read_json(path: Path) -> Any:
     if not path.is_file():
         raise CheckpointError(f"{path.parent}: missing {path.name}; the checkpoint is incomplete")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json(path)  # (a FIFO is refused, never waited on)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"{path}: not valid JSON ({error}); the checkpoint is damaged") from None
 
@@ -247,6 +249,7 @@ def _read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
 
     if not path.is_file():
         raise CheckpointError(f"{path.parent}: missing {path.name}; the checkpoint is incomplete")
+    check_regular_file(path)
     try:
         with safe_open(str(path), framework="pt") as handle:
             metadata = handle.metadata() or {}

@@ -8,13 +8,13 @@ tokenizer without remote code; nothing in it is executed.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..regular_files import read_json
 from .config import ConfigError, PretrainConfig
 
 logger = logging.getLogger("ssa_hf.train")
@@ -85,7 +85,7 @@ def source_record(config: PretrainConfig) -> dict[str, Any] | None:
     conversion = folder / "ssa_conversion.json"
     if conversion.is_file():
         try:
-            data = json.loads(conversion.read_text(encoding="utf-8"))
+            data = read_json(conversion)
         except (OSError, ValueError):
             data = None
         if isinstance(data, dict):

@@ -11,11 +11,12 @@ init="matched" for the conversion; the runs' folders stay in the output folder.
 
 from __future__ import annotations
 
-import gzip
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..regular_files import check_regular_file
 
 # paired differences of validation loss within this many nats count as ties (neither arm better)
 TIE = 1e-3
@@ -67,34 +68,34 @@ class UptrainDemoConfig:
     cpu_threads: int = 1
 
 
-def _split_documents(config: UptrainDemoConfig, folder: Path) -> tuple[Path, Path]:
-    """train.jsonl and validation.jsonl from train_path: the first validation_documents documents validate."""
-    from ..data.sources import expand_path
+def _split_documents(config: UptrainDemoConfig, out) -> tuple[Path, Path]:
+    """train.jsonl and validation.jsonl (in out/data) from train_path: the first validation_documents documents
+    validate."""
+    from ..data.sources import expand_path, iter_jsonl_records
+    from ..reporting import atomic_write_bytes
 
     path = Path(expand_path(config.train_path))
+    if path.exists() and not path.is_dir():
+        check_regular_file(path, "train_path")  # (a FIFO: refused, never waited on)
     if not path.is_file():
         raise FileNotFoundError(f"train_path {path} does not exist; give a JSON-lines file with a `text` field "
                                 "(--train-path), e.g. the web-text sample of ../shared/data")
-    opener = gzip.open if path.suffix == ".gz" else open
     texts = []
-    with opener(path, "rt", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if len(texts) >= config.max_documents:
-                break
-            try:
-                text = json.loads(line).get("text")
-            except (ValueError, AttributeError):
-                raise ValueError(f"{path} line {number}: not a JSON object with a `text` field") from None
-            if isinstance(text, str) and text.strip():
-                texts.append(text)
+    # (gzip or not; a line that is not UTF-8 or not a JSON object: one line naming the file and the line)
+    for _, record in iter_jsonl_records(path):
+        if len(texts) >= config.max_documents:
+            break
+        text = record.get("text")
+        if isinstance(text, str) and text.strip():
+            texts.append(text)
     if len(texts) <= config.validation_documents:
         raise ValueError(f"{path}: {len(texts)} documents, not more than validation_documents="
                          f"{config.validation_documents}")
-    folder.mkdir(parents=True, exist_ok=True)
+    out.folder("data")
     files = []
     for name, part in (("validation", texts[:config.validation_documents]), ("train", texts[config.validation_documents:])):
-        files.append(folder / f"{name}.jsonl")
-        files[-1].write_text("".join(json.dumps({"text": t}) + "\n" for t in part), encoding="utf-8")
+        files.append(out.file(f"data/{name}.jsonl"))  # (checked: a link there is refused, never written through)
+        atomic_write_bytes(files[-1], "".join(json.dumps({"text": t}) + "\n" for t in part).encode("utf-8"))
     return files[1], files[0]
 
 
@@ -139,23 +140,29 @@ def run_uptrain_demo(config: UptrainDemoConfig | None = None, output_dir: str = 
     config = config or UptrainDemoConfig()
     if not config.seeds or not config.scoring_learning_rates:
         raise ValueError("seeds and scoring_learning_rates must each name at least one value")
-    out = OutputDir(output_dir)
+    # the demo owns its folder whole: a link leading out of it anywhere is refused before anything is written,
+    # and every folder a run writes or replaces is checked on its path (`OutputDir.folder`, `.replace`)
+    out = OutputDir(output_dir, "uptrain-demo output folder", owned=True)
     root = out.path
-    train, validation = _split_documents(config, root / "data")
+    for name in ("data", "source", "softmax_source", "ssa_matched", "temperature_t1", "runs"):
+        out.file(name)
+    for child in sorted((root / "runs").iterdir()) if (root / "runs").is_dir() else []:
+        out.file(f"runs/{child.name}")  # (a run folder linked to another inside the demo's folder: refused too)
+    train, validation = _split_documents(config, out)
 
-    source_run = pretrain(_run_config(config, root / "source", train, validation, seed=0, steps=config.source_steps,
+    source_run = pretrain(_run_config(config, out.folder("source"), train, validation, seed=0, steps=config.source_steps,
                                       learning_rate=config.source_learning_rate,
                                       model={"preset": "tiny_llama", "attention_scoring": "softmax",
                                              "overrides": dict(SOURCE_MODEL)}))
     source_folder = root / "softmax_source"
-    _replace_folder(Path(source_run.final_dir), source_folder)
-    matched = root / "ssa_matched"
+    _replace_folder(Path(source_run.final_dir), out, "softmax_source")
+    matched = out.file("ssa_matched")
     conversion = convert_checkpoint(source_folder, matched, "ssa", init="matched", matched_b=config.matched_b,
                                     overwrite=True, scoring_parametrization=config.scoring_parametrization)
 
     arms: dict[str, dict[str, Any]] = {"softmax": {"folder": source_folder, "extra": {}}}
     if config.temperature_learning_rate is not None:
-        temperature = root / "temperature_t1"
+        temperature = out.file("temperature_t1")
         convert_checkpoint(source_folder, temperature, "temperature", overwrite=True, temperature_init=1.0,
                            temperature_learnable=True)
         arms[f"temperature (t lr {config.temperature_learning_rate:g})"] = {
@@ -169,7 +176,7 @@ def run_uptrain_demo(config: UptrainDemoConfig | None = None, output_dir: str = 
     runs: dict[str, dict[int, dict]] = {name: {} for name in arms}
     for seed in config.seeds:
         for name, arm in arms.items():
-            folder = root / "runs" / f"{_slug(name)}_seed{seed}"
+            folder = out.folder(f"runs/{_slug(name)}_seed{seed}")
             result = pretrain(_run_config(config, folder, train, validation, seed=seed, steps=config.uptrain_steps,
                                           learning_rate=config.learning_rate, model={"pretrained": str(arm["folder"])},
                                           eval_at_start=True, **arm["extra"]))
@@ -193,12 +200,12 @@ def run_uptrain_demo(config: UptrainDemoConfig | None = None, output_dir: str = 
     return result
 
 
-def _replace_folder(src: Path, dst: Path) -> None:
+def _replace_folder(src: Path, out, name: str) -> None:
+    """A copy of the model folder `src` replaces out/name (a model folder this demo wrote: it has config.json)."""
     import shutil
 
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst)
+    with out.replace(name, overwrite=True, sources=[src], owner_file="config.json") as tmp:
+        shutil.copytree(src, tmp, dirs_exist_ok=True, symlinks=True)
 
 
 def _slug(name: str) -> str:

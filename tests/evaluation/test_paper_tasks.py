@@ -86,14 +86,24 @@ def test_local_copies_of_cb_and_record_are_read_with_the_stock_prompts(paper_dat
     loaded = task_manager(paper_data, ["cb"], tmp_path / "tasks").load(["cb"])["tasks"]
     cb = list(loaded["cb"].eval_docs)
     assert loaded["cb"].doc_to_choice(cb[0]) == ["True", "False", "Neither"] and [d["label"] for d in cb] == [0, 1]
-    try:
-        import transformers.data.metrics.squad_metrics  # noqa: F401
-    except ImportError:  # lm-eval's ReCoRD scorer needs it: a clear error before lm-eval loads anything
-        with pytest.raises(ValueError, match="'record'.*transformers.data.metrics.squad_metrics"):
-            task_manager(paper_data, ["record"], tmp_path / "tasks")
-        return
-    record = list(task_manager(paper_data, ["record"], tmp_path / "tasks2").load(["record"])["tasks"]["record"].eval_docs)
+    # ReCoRD through this package's scorer (the stock one imports what transformers 5 removed): the stock prompt
+    task = task_manager(paper_data, ["record"], tmp_path / "tasks2").load(["record"])["tasks"]["record"]
+    record = list(task.eval_docs)
     assert record[0]["entities"] == ["Anna", "Maria", "Paris"]
+    assert task.doc_to_text(record[0]) == "Anna met Maria in Paris.\n\n  - They talked.\n"
+    assert task.doc_to_choice(record[0]) == ["  - Anna met Maria", "  - Maria met Maria", "  - Paris met Maria"]
+    # the most likely entity is scored against the answers: F1 and exact match
+    assert task.process_results(record[0], [(-1.0, False), (-3.0, False), (-2.0, False)]) == {"f1": 1.0, "em": 1.0}
+    assert task.process_results(record[0], [(-3.0, False), (-1.0, False), (-2.0, False)]) == {"f1": 0.0, "em": 0.0}
+
+
+def test_the_record_metric_is_squad_style_f1_and_exact_match():
+    from ssa_hf.evaluation.record_task import exact_match, normalize, token_f1
+
+    assert normalize("The  Eiffel-Tower!") == "eiffeltower" and normalize("a cat, an owl") == "cat owl"
+    assert exact_match("the Paris", "Paris") == 1.0 and exact_match("Paris France", "Paris") == 0.0
+    assert token_f1("Paris France", "Paris") == pytest.approx(2 * 0.5 * 1.0 / 1.5)
+    assert token_f1("London", "Paris") == 0.0 and token_f1("the", "a") == 1.0  # both empty after normalising
 
 
 def test_without_a_copy_offline_the_message_names_the_task_why_and_what_to_do(data_dir, tmp_path, monkeypatch):
@@ -152,3 +162,14 @@ def test_data_kind_says_where_the_tasks_read():
     local, hub = {"data": {"dataset_path": "json"}}, {"data": {"dataset_path": "allenai/winogrande"}}
     assert data_kind({"a": local}) == "local" and data_kind({"a": hub}) == "hub"
     assert data_kind({"a": local, "b": hub}) == "local+hub"
+
+
+def test_record_from_the_hub_uses_this_packages_scorer_too(tmp_path, monkeypatch):
+    """Without --data-dir (stock tasks, Hub data) `record` is still this package's definition, not the stock one
+    whose scorer cannot import under transformers 5; the other tasks stay stock."""
+    monkeypatch.setattr(lm_tasks, "hub_is_offline", lambda: False)
+    manager = task_manager(None, ["record", "copa"], tmp_path / "tasks")
+    assert manager.task_index["record"].yaml_path == (tmp_path / "tasks" / "record.yaml").resolve()
+    config = (tmp_path / "tasks" / "record.yaml").read_text()
+    assert "!function 'ssa_hf.evaluation.record_task.process_results'" in config and "dataset_path: aps/super_glue" in config
+    assert "lm_eval/tasks/super_glue/copa" in str(manager.task_index["copa"].yaml_path)

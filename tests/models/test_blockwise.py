@@ -866,7 +866,7 @@ def test_eager_gradients_skip_the_op_and_match_it(scoring):
     leaf = q.detach().clone().requires_grad_(True)
     out = bw.run_blockwise(leaf, k, v, None, None, None, True, None)
     (g,) = torch.autograd.grad(out.sum(), leaf, create_graph=True)
-    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad|not differentiable"):
+    with pytest.raises(RuntimeError, match='second derivatives .* use the eager backend .*backend="eager"'):
         g.sum().backward()
 
 

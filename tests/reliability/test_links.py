@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ssa_hf.reporting import atomic_folder
-LinkOutsideError = Exception
+from ssa_hf.reporting import LinkOutsideError, OutputDir, atomic_folder, open_for_append, refuse_link_path
 from ssa_hf.train import pretrain
 
 from .conftest import tiny_config
@@ -99,3 +98,84 @@ def test_an_icl_run_folder_with_a_link_out_is_refused(tmp_path):
     with pytest.raises(LinkOutsideError, match="ICL training run folder"):
         RunLock(run, "ICL training run").acquire()
     assert not (run / "run.lock").exists() and (outside / "notes.txt").read_text() == "keep me"
+
+
+# the one check every write goes through (`refuse_link_path`): on the path as given, from the output folder down
+
+
+@pytest.mark.parametrize("where", ["last", "middle", "pointing inside"])
+def test_refuse_link_path_refuses_a_link_anywhere_below_the_folder(where, tmp_path):
+    out, outside = tmp_path / "out", _outside(tmp_path)
+    (out / "runs").mkdir(parents=True)
+    if where == "last":
+        (out / "runs" / "a").symlink_to(outside, target_is_directory=True)
+    elif where == "middle":
+        (out / "runs" / "a").symlink_to(outside, target_is_directory=True)
+    else:
+        (out / "runs" / "b").mkdir()
+        (out / "runs" / "a").symlink_to(out / "runs" / "b", target_is_directory=True)
+    path = out / "runs" / "a" if where != "middle" else out / "runs" / "a" / "checkpoint" / "x"
+    with pytest.raises(LinkOutsideError, match="runs/a is a symbolic link"):
+        refuse_link_path(out, path)
+    assert refuse_link_path(out, out / "runs" / "c") == out / "runs" / "c"
+
+
+def test_refuse_link_path_refuses_a_path_that_climbs_out(tmp_path):
+    with pytest.raises(LinkOutsideError, match="not inside"):
+        refuse_link_path(tmp_path / "out", tmp_path / "out" / ".." / "elsewhere")
+
+
+def test_a_log_is_never_appended_through_a_link(tmp_path):
+    """reproduce's run.log: a link planted there (even after the check) is refused, its target left alone."""
+    outside = _outside(tmp_path)
+    run = tmp_path / "out" / "causal" / "softmax-seed0"
+    run.mkdir(parents=True)
+    (run / "run.log").symlink_to(outside / "notes.txt")
+    with pytest.raises(LinkOutsideError, match="symbolic link"):
+        open_for_append(tmp_path / "out", run / "run.log")
+    (run / "run.log").unlink()
+    with open_for_append(tmp_path / "out", run / "run.log") as log:
+        log.write("progress\n")
+    assert (run / "run.log").read_text() == "progress\n" and (outside / "notes.txt").read_text() == "keep me"
+
+
+def test_atomic_folder_checks_the_destination_unresolved_and_its_owner(tmp_path):
+    """A destination reached through a linked parent given as `root` is refused; with owner_file, a folder without
+    it (the user's) is never replaced; one with it is."""
+    outside = _outside(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "models").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(LinkOutsideError, match="models is a symbolic link"):
+        with atomic_folder(tmp_path / "out" / "models" / "final", overwrite=True, root=tmp_path / "out"):
+            pass
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("keep")
+    with pytest.raises(ValueError, match="not a folder ssa-hf wrote"):
+        with atomic_folder(mine, overwrite=True, owner_file="ssa_conversion.json"):
+            pass
+    (mine / "ssa_conversion.json").write_text("{}")
+    with atomic_folder(mine, overwrite=True, owner_file="ssa_conversion.json") as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert sorted(p.name for p in mine.iterdir()) == ["new.txt"] and (outside / "notes.txt").read_text() == "keep me"
+
+
+def test_atomic_folder_refuses_a_destination_that_holds_its_source(tmp_path):
+    models = tmp_path / "models"
+    (models / "llama").mkdir(parents=True)
+    (models / "llama" / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="holds the source"):
+        with atomic_folder(models, overwrite=True, sources=[models / "llama"]):
+            pass
+    assert (models / "llama" / "config.json").is_file()
+
+
+def test_an_owned_output_folder_with_a_link_out_is_refused_at_once(tmp_path):
+    outside = _outside(tmp_path)
+    (tmp_path / "out" / "runs" / "a").mkdir(parents=True)
+    (tmp_path / "out" / "runs" / "a" / "checkpoint").symlink_to(outside, target_is_directory=True)
+    OutputDir(tmp_path / "out")  # (a folder the command only writes into: its other contents are the user's)
+    with pytest.raises(LinkOutsideError, match="leading out of it"):
+        OutputDir(tmp_path / "out", owned=True)
+    with pytest.raises(LinkOutsideError, match="symbolic link"):
+        OutputDir(tmp_path / "out", writes=["runs/a/checkpoint"])

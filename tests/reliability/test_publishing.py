@@ -5,6 +5,7 @@ and then named. The Hub's calls are recorded, never made."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -128,3 +129,110 @@ def test_a_saved_folder_pushes_and_lists_its_code(folder, hub_recorder, capsys):
     out = capsys.readouterr().out
     listed = out.split("remote code (")[1].splitlines()[0]
     assert "modeling_ssa_llama.py" in listed and "scoring.py" in listed
+
+
+# every class reference a loader would import (auto_map in any config file, strings and lists; custom_pipelines):
+# only a module of the folder that is byte-identical to the installed package's file may be named
+def _set_auto_map(folder, file, key, value, field="auto_map"):
+    path = folder / file
+    content = json.loads(path.read_text()) if path.is_file() else {}
+    content.setdefault(field, {})[key] = value
+    path.write_text(json.dumps(content))
+
+
+def _other_repo_tokenizer(folder, marker, tmp_path):
+    _set_auto_map(folder, "tokenizer_config.json", "AutoTokenizer", ["evil/payload--tok.Evil", None])
+
+
+def _other_repo_string(folder, marker, tmp_path):
+    _set_auto_map(folder, "config.json", "AutoModel", "evil/payload--modeling_ssa_llama.SSALlamaModel")
+
+
+def _list_value_in_config(folder, marker, tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "planted.py").write_text(PLANTED_CODE.format(marker=str(marker)))
+    _set_auto_map(folder, "config.json", "AutoModelForTokenClassification", [f"{tmp_path}/elsewhere/planted.Planted", None])
+
+
+def _absolute_module(folder, marker, tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "evil.py").write_text(PLANTED_CODE.format(marker=str(marker)))
+    _set_auto_map(folder, "config.json", "AutoModel", f"{tmp_path}/elsewhere/evil.Evil")
+
+
+def _processor_config(folder, marker, tmp_path):
+    (folder / "processing_planted.py").write_text(PLANTED_CODE.format(marker=str(marker)))
+    _set_auto_map(folder, "preprocessor_config.json", "AutoProcessor", "processing_planted.Planted")
+
+
+def _processor_other_repo(folder, marker, tmp_path):
+    _set_auto_map(folder, "processor_config.json", "AutoProcessor", "evil/payload--proc.Evil")
+
+
+def _custom_pipeline(folder, marker, tmp_path):
+    (folder / "pipe.py").write_text(PLANTED_CODE.format(marker=str(marker)))
+    _set_auto_map(folder, "config.json", "planted-task", {"impl": "pipe.Planted", "pt": ["AutoModelForCausalLM"]},
+                  field="custom_pipelines")
+
+
+def _not_a_reference(folder, marker, tmp_path):
+    _set_auto_map(folder, "tokenizer_config.json", "AutoTokenizer", {"module": "x"})
+
+
+REFERENCES = {
+    "tokenizer auto_map naming another repo (list)": (_other_repo_tokenizer,
+                                                      r"tokenizer_config.json auto_map\['AutoTokenizer'\]\[0\].*another Hub repository"),
+    "config auto_map naming another repo (string)": (_other_repo_string, r"config.json auto_map\['AutoModel'\].*another Hub"),
+    "config auto_map list value": (_list_value_in_config,
+                                   r"auto_map\['AutoModelForTokenClassification'\]\[0\] = .*not `module.Class`"),
+    "absolute module path outside the folder": (_absolute_module, r"config.json auto_map\['AutoModel'\].*not `module.Class`"),
+    "preprocessor_config auto_map": (_processor_config, r"preprocessor_config.json auto_map\['AutoProcessor'\].*not among"),
+    "processor_config auto_map naming another repo": (_processor_other_repo, r"processor_config.json .*another Hub"),
+    "custom_pipelines impl": (_custom_pipeline, r"custom_pipelines\['planted-task'\]\['impl'\].*not among"),
+    "an auto_map value that is not a reference": (_not_a_reference, r"is dict .*not a class reference"),
+}
+
+
+@pytest.mark.parametrize("refresh", [False, True])
+@pytest.mark.parametrize("plant", sorted(REFERENCES))
+def test_push_refuses_every_reference_to_code_it_does_not_vouch_for(plant, refresh, folder, hub_recorder, marker,
+                                                                    tmp_path, capsys):
+    make, message = REFERENCES[plant]
+    make(folder, marker, tmp_path)
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    argv = ["push", str(folder), "someone/x", "--dry-run", *(["--refresh-code"] if refresh else [])]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.search(message, err), err
+    assert hub_recorder == [] and not marker.exists()
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before  # --refresh-code wrote nothing
+
+
+def test_a_reference_to_a_changed_module_is_refused_and_refresh_code_mends_it(folder, hub_recorder, marker):
+    config = json.loads((folder / "config.json").read_text())
+    module = sorted(config["auto_map"].values())[0].split(".")[0]
+    (folder / f"{module}.py").write_text(PLANTED_CODE.format(marker=str(marker)))
+    with pytest.raises(ValueError, match="differ from the installed"):
+        push_to_hub(folder, "someone/x", dry_run=True)
+    result = push_to_hub(folder, "someone/x", refresh_code=True, validate_online=False)
+    assert f"{module}.py" in result.refreshed_code and not marker.exists() and hub_recorder
+    assert (folder / f"{module}.py").read_bytes() == (installed_code_dir() / f"{module}.py").read_bytes()
+
+
+def test_the_other_repos_code_would_run_if_pushed(folder, marker, tmp_path, monkeypatch):
+    """Why the reference check matters, shown offline: transformers follows `repo--module.Class` out of the
+    loaded folder into the named repository (a local folder of that name stands in for the Hub one) and imports
+    its module: the code of a repository the pushed one merely names runs."""
+    import sys
+
+    from transformers import dynamic_module_utils
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    monkeypatch.setattr(dynamic_module_utils, "HF_MODULES_CACHE", str(tmp_path / "modules"))  # (not the user's)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    stand_in = tmp_path / "evil" / "payload"
+    stand_in.mkdir(parents=True)
+    (stand_in / "tok.py").write_text(PLANTED_CODE.format(marker=str(marker)) + "\nclass Evil:\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    get_class_from_dynamic_module("evil/payload--tok.Evil", str(folder))
+    assert marker.exists(), "transformers did not import the other repository's module"

@@ -25,7 +25,9 @@ def test_shipped_scales_load_and_declare_every_primary(scale):
     assert set(config.masked.claims) == {"zorro"} and set(config.causal.claims) == {"perplexity", "lm_eval"}
     assert len(config.masked.seeds.confirmatory) >= 6 and len(config.causal.seeds.confirmatory) >= 6
     for claim in [c for e in config.icl.values() for c in e.claims.values()] + list(config.masked.claims.values()):
-        assert len(claim.secondary) <= 4  # a few declared secondary endpoints, not every cell
+        for arms in {(e.treatment, e.control) for e in claim.secondary}:  # per comparison (ssa vs softmax, ssa2 ...)
+            # a few declared secondary endpoints, not every cell
+            assert len([e for e in claim.secondary if (e.treatment, e.control) == arms]) <= 4
     lines = plan(config)
     assert any(line.startswith("icl every") for line in lines) and any("causal claim lm_eval" in line for line in lines)
 
@@ -97,6 +99,96 @@ def test_bad_configs_name_the_key(change, message):
 def test_cli_plan_of_the_paper_scale_runs_nothing(capsys):
     from ssa_hf.cli import main
 
-    assert main(["reproduce", "--scale", "paper"]) == 0
+    # offline (the tests), the paper scale's Hub data cannot be read: the plan says so, and the exit code too
+    assert main(["reproduce", "--scale", "paper"]) in (0, 1)
     out = capsys.readouterr().out
     assert "plan of" in out and "--execute" in out and "500000 steps" in out
+    assert "checked before any run:" in out and "record" in out
+
+
+def _paper_data(root):
+    """Every file the paper scale reads locally (made up): the rehearsal's data plus the full AO-CHILDES file."""
+    from ssa_hf.reproduce.rehearsal import write_rehearsal_data
+
+    data = write_rehearsal_data(root)
+    (data / "aochildes" / "aochildes.txt").write_text((data / "aochildes" / "aochildes.train").read_text())
+    return data
+
+
+@pytest.fixture()
+def online(monkeypatch):
+    """As if the Hub were reachable (nothing is downloaded: only what the checks would refuse offline)."""
+    from ssa_hf.evaluation import lm_tasks
+    from ssa_hf.reproduce import checks
+
+    monkeypatch.setattr(checks, "_hub_offline", lambda: False)
+    monkeypatch.setattr(lm_tasks, "hub_is_offline", lambda: False)
+
+
+def test_the_paper_config_validates_under_the_installed_versions(tmp_path, online):
+    """Every training config, evaluation setting and lm-eval task of the paper scale loads here (ReCoRD too,
+    through this package's own scorer), before anything runs."""
+    from ssa_hf.reproduce.checks import preflight
+    from ssa_hf.reproduce.runs import data_dir_env
+
+    config = load_config(scale_config_path("paper"))
+    config.launch["num_processes"] = 2  # (null: every GPU; none here)
+    assert set(config.masked.arms) == {"softmax", "ssa", "ssa2"}  # BabyBERTa's SSA-2 runs beside SSA-1.5
+    with data_dir_env(str(_paper_data(tmp_path / "data"))):
+        lines, problems = preflight(config)
+    assert problems == []
+    text = "\n".join(lines)
+    for expected in ("8 tasks load their code", "record (local", "ssa_hf.evaluation.record_task", "aochildes.txt",
+                     "HuggingFaceFW/fineweb-edu", "wikimedia/wikipedia", "all 23 paradigms", "3 arms load"):
+        assert expected in text, expected
+
+
+def test_a_task_that_cannot_run_stops_the_call_before_any_run(tmp_path, online, monkeypatch):
+    """The stock ReCoRD (whose scorer imports what transformers 5 removed) fails validation, and run_reproduce
+    stops before its first step: no run folder is made."""
+    import dataclasses
+
+    from ssa_hf.evaluation import lm_tasks
+    from ssa_hf.reproduce import run_reproduce
+
+    if _has_squad_metrics():
+        pytest.skip("this transformers still has squad_metrics: the stock ReCoRD loads")
+    stock = dataclasses.replace(lm_tasks.LOCAL_TASKS["record"], definition=None)
+    monkeypatch.setitem(lm_tasks.LOCAL_TASKS, "record", stock)
+    config = load_config(scale_config_path("paper"))
+    config.launch["num_processes"] = 2
+    config.data_dir = str(_paper_data(tmp_path / "data"))
+    with pytest.raises(ConfigError, match=r"(?s)nothing was started.*'record' cannot load its code.*transformers.data.metrics"):
+        run_reproduce(config, tmp_path / "out")
+    assert not any((tmp_path / "out" / kind).exists() for kind in ("icl", "masked", "causal"))
+
+
+def _has_squad_metrics() -> bool:
+    try:
+        import transformers.data.metrics.squad_metrics  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"causal": {"evaluation": {"lm_eval": {"tasks": ["arc_easy", "lambada"]}}}}, r"lm-eval tasks \['lambada'\]"),
+    ({"causal": {"evaluation": {"lm_eval": {"tasks": ["arc_easy"], "limit": -1}}}}, "limit must be > 0"),
+    ({"causal": {"evaluation": {"perplexity": {"out_of_distribution": "/nowhere/wiki.txt"}}}}, "does not exist"),
+    ({"masked": {"evaluation": {"zorro": {"zorro_dir": "/nowhere/zorro"}}}}, "Zorro"),
+    ({"masked": {"overrides": {"max_steps": 0}}}, "masked arm softmax: its pretraining config does not load"),
+    ({"launch": {"config_file": "configs/accelerate/none.yaml"}}, "launch.config_file"),
+    ({"launch": {"config_file": "configs/accelerate/cpu_2proc.yaml", "num_processes": 3},
+      "causal": {"overrides": {"global_batch_size": 8}}}, "global_batch_size 8 is not a multiple"),
+])
+def test_settings_that_cannot_run_are_named_before_any_run(tmp_path, online, change, message):
+    from ssa_hf.options import deep_merge
+    from ssa_hf.reproduce.checks import preflight
+    from ssa_hf.reproduce.config import config_to_dict
+    from ssa_hf.reproduce.rehearsal import rehearsal_config, write_rehearsal_data
+    from ssa_hf.reproduce.runs import data_dir_env
+
+    data = write_rehearsal_data(tmp_path / "data")
+    values = deep_merge(config_to_dict(rehearsal_config(load_config(scale_config_path("paper")), data, "tiny")), change)
+    with data_dir_env(str(data)), pytest.raises(ConfigError, match=message):
+        preflight(config_from_dict(values))

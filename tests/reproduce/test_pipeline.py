@@ -140,7 +140,7 @@ def test_report_only_and_a_partial_table(finished):
     assert summary["pending"] == ["causal_perplexity", "causal_lm_eval"]
     assert {c["id"] for c in summary["claims"]} == CLAIMS - {"causal_perplexity", "causal_lm_eval"}
     text = (out / "RESULTS.md").read_text()
-    assert "**Not run (or not finished) in this session:** causal_perplexity, causal_lm_eval" in text
+    assert "**Not run (or not finished) yet:** causal_perplexity, causal_lm_eval" in text
     # nothing ran: the way on is a run without --report-only, not "the same command runs them"
     assert "without --report-only" in text and "The same command runs them" not in text
 
@@ -153,7 +153,7 @@ def test_confirmatory_only_runs_no_exploratory_seed(tmp_path):
     assert runs == ["every-softmax-seed0", "every-softmax-seed1", "every-ssa-seed0", "every-ssa-seed1"]
     magnitude = next(c for c in summary["claims"] if c["id"] == "icl_every_magnitude")
     assert all(r["seeds_kind"] == "confirmatory" for r in magnitude["rows"]) and not magnitude["exploratory_run"]
-    assert "not run in this session" in (tmp_path / "out" / "RESULTS.md").read_text()
+    assert "not run by this call" in (tmp_path / "out" / "RESULTS.md").read_text()
 
 
 def test_a_folder_trained_with_other_settings_is_refused(finished):

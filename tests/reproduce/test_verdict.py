@@ -8,9 +8,11 @@ import random
 
 import pytest
 
-from ssa_hf.icl.stats import mean_ci, paired_bootstrap, paired_t_power, paired_t_test, seeds_for_power
-from ssa_hf.reproduce import (INCONCLUSIVE, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, measurable,
-                              paired_comparison, verdict)
+from ssa_hf.icl import stats
+from ssa_hf.icl.stats import (arm_beats_baseline, at_bound, beats_baseline, mean_ci, paired_bootstrap, paired_t_power,
+                              paired_t_test, seeds_for_power, survives)
+from ssa_hf.reproduce import (EXCLUDED, INCONCLUSIVE, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, VERDICTS,
+                              measurable, paired_comparison, verdict)
 from ssa_hf.reproduce.verdict import exploratory_reading
 
 
@@ -40,17 +42,62 @@ def test_a_row_with_p_at_or_above_alpha_never_reads_reproduced():
             assert verdict(low, high, direction, p, 0.05) not in (REPRODUCED, NOT_REPRODUCED)
 
 
-def test_an_untrained_arm_reads_not_measurable():
-    # an arm that answers like the trivial baseline (BoolQ's always-"no" 0.353 below the 0.647 majority; an ICL
-    # model at the majority answer's error): not measurable, whatever the treatment does
-    assert measurable([0.353] * 6, 0.647, "higher") is False
-    assert measurable([0.5, 0.5, 0.5], 0.5, "lower") is False
-    assert verdict(-0.3, -0.1, "lower", 0.001, 0.05, measurable([0.5] * 3, 0.5, "lower")) == NOT_MEASURABLE
-    # within one standard error of the baseline is still not measurable; clearly beyond it is
-    assert measurable([0.50, 0.52, 0.48, 0.51], 0.5, "higher") is False
-    assert measurable([0.02, 0.03, 0.01], 0.6, "lower") is True
-    assert measurable([0.7, 0.72, 0.71], 0.5, "higher") is True
-    assert measurable([0.7], None, "higher") is None  # no baseline: nothing to decide
+def test_the_rule_is_written_once():
+    # ssa_hf.reproduce reads the verdict rule from ssa_hf.icl.stats (the ICL report uses it there too)
+    assert verdict is stats.verdict and measurable is stats.measurable
+    assert all(word.endswith("at this scale") for word in VERDICTS)
+
+
+def test_an_arm_at_the_baseline_does_not_beat_it():
+    # an arm that answers like the trivial baseline (BoolQ's always-"no" 0.353 below the 0.622 majority; an ICL
+    # model at the majority answer's error) does not beat it
+    assert arm_beats_baseline([0.353] * 6, 0.622, "higher") is False
+    assert arm_beats_baseline([0.5, 0.5, 0.5], 0.5, "lower") is False
+    # within one standard error of the baseline still does not; clearly beyond it does
+    assert arm_beats_baseline([0.50, 0.52, 0.48, 0.51], 0.5, "higher") is False
+    assert arm_beats_baseline([0.02, 0.03, 0.01], 0.6, "lower") is True
+    assert arm_beats_baseline([0.7, 0.72, 0.71], 0.5, "higher") is True
+    assert arm_beats_baseline([0.7], None, "higher") is None  # no baseline: nothing to decide
+    assert arm_beats_baseline([0.7, float("nan")], 0.5, "higher") is False
+    # from a mean alone: only a mean on the baseline's side decides
+    assert beats_baseline(0.29, None, 0.35, "higher") is False and beats_baseline(0.40, None, 0.35, "higher") is None
+
+
+def test_not_measurable_only_when_both_arms_sit_at_the_baseline():
+    both = measurable(arm_beats_baseline([0.291, 0.29, 0.292], 0.353, "higher"),
+                      arm_beats_baseline([0.289, 0.288, 0.29], 0.353, "higher"))
+    assert both is False and verdict(-0.3, -0.1, "higher", 0.001, 0.05, both) == NOT_MEASURABLE
+    # the paper's kind of effect: the control at chance, SSA leaving it
+    leaves = measurable(arm_beats_baseline([0.29, 0.291, 0.293], 0.353, "higher"),
+                        arm_beats_baseline([0.42, 0.425, 0.43], 0.353, "higher"))
+    assert leaves is True and verdict(0.12, 0.14, "higher", 0.001, 0.05, leaves) == REPRODUCED
+    assert measurable(True, False) is True and measurable(None, None) is None
+
+
+def test_an_interval_inside_the_margin_excludes_a_paper_sized_effect():
+    # the CPU lm-eval interval against half the paper's +0.133
+    assert verdict(-0.0088, 0.0044, "higher", 0.47, 0.05, True, 0.0667) == EXCLUDED
+    assert verdict(-0.0088, 0.0044, "higher", 0.47, 0.05, True, None) == INCONCLUSIVE   # no margin declared
+    assert verdict(-0.0088, 0.08, "higher", 0.47, 0.05, True, 0.0667) == INCONCLUSIVE   # crosses it
+    # a significant difference keeps its direction even inside the margin; both arms at chance stay not measurable
+    assert verdict(0.001, 0.004, "higher", 0.01, 0.05, True, 0.0667) == REPRODUCED
+    assert verdict(-0.004, -0.001, "higher", 0.01, 0.05, True, 0.0667) == NOT_REPRODUCED
+    assert verdict(-0.0088, 0.0044, "higher", 0.47, 0.05, False, 0.0667) == NOT_MEASURABLE
+    with pytest.raises(ValueError, match="margin"):
+        verdict(-0.1, 0.1, "lower", 0.5, 0.05, True, 0.0)
+
+
+def test_survival_under_holm():
+    assert survives(REPRODUCED, -0.2, -0.1, "lower", 0.001) is True
+    assert survives(NOT_REPRODUCED, 0.1, 0.2, "lower", 0.19) is False  # the CPU perplexity row: Holm p 0.19
+    assert survives(INCONCLUSIVE, -0.1, 0.2, "lower", 0.9) is None      # no test decided it
+    assert survives(EXCLUDED, -0.01, 0.01, "lower", 0.9, True, 0.05) is None
+
+
+def test_floor_and_ceiling():
+    assert at_bound(50.1, 50.0, 60, 95) == "floor" and at_bound(100, 100, 60, 95) == "ceiling"
+    assert at_bound(55.1, 64.9, 60, 95) is None   # SSA left the floor: measurable
+    assert at_bound(92.2, 99.7, 60, 95) is None and at_bound(50, 50, None, None) is None
 
 
 def test_exploratory_rows_carry_no_verdict_word():

@@ -110,9 +110,9 @@ def test_lora_with_trainable_scoring_moves_b_and_n(uptrain_sources, corpora, tmp
 def test_uptraining_refusals(uptrain_sources, corpora, tmp_path):
     source, matched = uptrain_sources["causal"]
     values = tiny_config("causal", corpora, tmp_path / "x").to_dict()
-    values["model"] = {"pretrained": str(matched), "attention_scoring": "ssa"}
-    with pytest.raises(ConfigError, match="drop model.attention_scoring"):
-        load_config(None, values)
+    values["model"] = {"pretrained": str(matched), "attention_scoring": "softmax"}  # the folder is SSA
+    with pytest.raises(ConfigError, match=r"attention_scoring='softmax' \(the folder has 'ssa'\).*convert the folder"):
+        pretrain(load_config(None, values))
     with pytest.raises(ConfigError, match="not a model folder"):
         pretrain(uptrain_config("causal", corpora, tmp_path / "missing", tmp_path / "a"))
     with pytest.raises(ConfigError, match="no trainable scoring parameters"):

@@ -1,0 +1,175 @@
+"""Rewrite every generated block of README.md and docs/ from its source.
+
+A block is the text between `<!-- generated: NAME -->` and `<!-- end: NAME -->`. Its source:
+
+| blocks | source | renderer |
+|---|---|---|
+| speed, kernel-targets | the newest benchmarks/results/*.json (written by scripts/bench_targets.py) | this script |
+| claims, claims-table, claims-sentences, claims-lines | docs/results_summary.json (written by ssa-hf reproduce) | ssa_hf.reproduce.report |
+| scoring-functions, scoring-settings, declarations, backends | the registries of ssa_hf.models | ssa_hf.models.tables |
+| serving-figures | the JSON its first line names (written by scripts/bench_serving.py) | scripts/bench_serving.py |
+
+    python scripts/render_docs.py            # rewrite the blocks in place
+    python scripts/render_docs.py --check    # exit 1 (naming the files) where a block differs from its source
+
+tests/test_docs.py runs the check, so a figure in the docs cannot drift from the file it was measured into.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+BENCHMARKS = REPO / "benchmarks" / "results"
+SUMMARY = REPO / "docs" / "results_summary.json"
+BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end: \2 -->)", re.S)
+MAIN_SHAPE = "B=4, H=8, L=2048, D=64, causal"
+
+
+def markdown_files(root: Path = REPO) -> list[Path]:
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def is_targets_run(data) -> bool:
+    """A JSON written by scripts/bench_targets.py (its machine record and target rows)."""
+    return (isinstance(data, dict) and isinstance(data.get("machine"), dict) and "date_utc" in data["machine"]
+            and isinstance(data.get("rows"), list) and all("target" in r and "group" in r for r in data["rows"]))
+
+
+def latest_benchmark(folder: Path = BENCHMARKS) -> tuple[Path, dict]:
+    """The newest benchmark JSON (by the date it records), with its path."""
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text())
+        if is_targets_run(data):  # (other benchmarks keep their JSON here too)
+            found.append((data["machine"]["date_utc"], path, data))
+    if not found:
+        raise FileNotFoundError(f"no benchmark JSON in {folder}; run scripts/bench_targets.py --output {folder}/CPU-DATE.json")
+    _, path, data = max(found, key=lambda item: item[0])
+    return path, data
+
+
+def _row(data: dict, target: str) -> dict | None:
+    return next((r for r in data["rows"] if r["target"] == target and r["load"] == 0), None)
+
+
+def _ratio(row: dict | None) -> str:
+    if row is None or row.get("value") is None:
+        return "not measured"
+    text = f"{row['value']:.2f}"
+    if row.get("low") is not None and row.get("high") is not None:
+        text += f" [{row['low']:.2f}, {row['high']:.2f}]"
+    return text
+
+
+def caption(path: Path, data: dict) -> str:
+    m = data["machine"]
+    busy = f"machine busy {m['busy_before']:.2f} before, {m['busy_after']:.2f} after (0 idle, 1 fully busy)"
+    tree = f" ({m['working_tree']})" if m.get("working_tree") else ""
+    return (f"Source: `{path.relative_to(REPO).as_posix()}`, written by "
+            f"`{m.get('command', 'python scripts/bench_targets.py')}`: {m['cpu']} ({m['cores']} cores, {m['threads']} "
+            f"threads, kernel built for `{m['isa']}`), torch {m['torch']}, commit {m.get('commit', 'not recorded')}"
+            f"{tree}; {busy}.")
+
+
+def speed_block(path: Path, data: dict) -> str:
+    rows = []
+    for dtype in ("float32", "bfloat16", "float16"):
+        cells = [_ratio(_row(data, f"{dtype} {mode}, main shape: SSA / SDPA time")) for mode in ("fwd", "fwd+bwd")]
+        memory = _ratio(_row(data, f"{dtype} fwd+bwd, main shape: SSA / SDPA peak extra memory"))
+        rows.append(f"| {dtype} | {cells[0]} | {cells[1]} | {memory} |")
+    head = (f"| {MAIN_SHAPE} | forward time | forward + backward time | peak extra memory (fwd+bwd) |\n"
+            "|---|---|---|---|")
+    return head + "\n" + "\n".join(rows) + "\n\n" + caption(path, data) + "\n"
+
+
+def targets_block(path: Path, data: dict) -> str:
+    lines = ["| group | target | busy processes | measured | bound | verdict |", "|---|---|---:|---|---|---|"]
+    for r in data["rows"]:
+        bound = ("<= " if r["at_most"] else ">= ") + f"{r['bound']:g}"
+        lines.append(f"| {r['group']} | {r['target']} | {r['load']} | {_ratio(r)} | {bound} | {r['verdict']} |")
+    return "\n".join(lines) + "\n\n" + caption(path, data) + "\n"
+
+
+def _benchmark_renderers() -> dict:
+    path, data = latest_benchmark()
+    return {"speed": lambda: speed_block(path, data), "kernel-targets": lambda: targets_block(path, data)}
+
+
+class FromCurrent:
+    """A renderer that reads its source's name from the block it replaces (the block names its JSON)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+
+def _serving_figures(current: str) -> str:
+    import importlib.util
+
+    match = re.search(r"Source: `([^`]+)`", current)
+    if not match:
+        raise ValueError("serving-figures: the block names no `Source: <json>`")
+    source = REPO / match.group(1)
+    if not source.is_file() or REPO not in source.resolve().parents:
+        raise ValueError(f"serving-figures: its source {match.group(1)} is not a file of the repository")
+    sys.path.insert(0, str(REPO / "scripts"))
+    spec = importlib.util.spec_from_file_location("bench_serving", REPO / "scripts" / "bench_serving.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    block = module.docs_block(json.loads(source.read_text()), match.group(1))
+    return block[len(module.DOCS_BLOCK[0]):-len(module.DOCS_BLOCK[1])] + "\n"
+
+
+def renderers() -> dict:
+    """Block name -> a function returning its text (each block's text ends with a newline before its end marker)."""
+    from ssa_hf.models.tables import TABLES
+    from ssa_hf.reproduce.report import BLOCKS
+
+    figures = json.loads(SUMMARY.read_text())
+    out = {name: (lambda fn=fn: fn() + "\n") for name, fn in TABLES.items()}
+    out.update({name: (lambda fn=fn: fn(figures) + "\n") for name, fn in BLOCKS.items()})
+    out.update(_benchmark_renderers())
+    if (REPO / "scripts" / "bench_serving.py").is_file():
+        out["serving-figures"] = FromCurrent(_serving_figures)
+    return out
+
+
+def render(text: str, table: dict, where: str = "") -> str:
+    """`text` with each generated block replaced by its rendering; ValueError for a block without a source."""
+    def replace(match: re.Match) -> str:
+        name = match.group(2)
+        if name not in table:
+            raise ValueError(f"{where}: block {name!r} has no renderer (known: {', '.join(sorted(table))})")
+        renderer = table[name]
+        text = renderer.fn(match.group(3)) if isinstance(renderer, FromCurrent) else renderer()
+        return match.group(1) + text + match.group(4)
+
+    return BLOCK.sub(replace, text)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 where a block is stale")
+    args = parser.parse_args(argv)
+    table = renderers()
+    stale = []
+    for path in markdown_files():
+        text = path.read_text()
+        rendered = render(text, table, str(path.relative_to(REPO)))
+        if rendered != text:
+            stale.append(path.relative_to(REPO).as_posix())
+            if not args.check:
+                path.write_text(rendered)
+    verb = "stale" if args.check else "rewrote"
+    print(f"{verb}: {', '.join(stale)}" if stale else "every generated block is up to date")
+    return 1 if stale and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
