@@ -402,6 +402,20 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def source_commit() -> str | None:
+    """The commit measured, with "+changes" when the working tree differs from it (None outside a git checkout)."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+changes" if dirty else "")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="full", choices=list(PROFILES))
@@ -460,7 +474,8 @@ def main(argv=None) -> int:
                "cores": os.cpu_count(), "threads": args.threads, "torch": torch.__version__, "isa": args.isa,
                "profile": "quick" if args.quick else args.profile, "loads": loads, "busy_before": busy_before,
                "busy_after": busy_fraction(), "wall_s": round(time.perf_counter() - started, 1),
-               "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+               "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": source_commit(),
+               "command": " ".join(["python", "scripts/bench_targets.py", *sys.argv[1:]])}
     text = table(rows)
     Path(args.output).write_text(json.dumps({"machine": machine, "rows": [asdict(r) for r in rows], "table": text},
                                             indent=2) + "\n")

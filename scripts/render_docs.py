@@ -70,12 +70,15 @@ def _ratio(row: dict | None) -> str:
 
 def caption(path: Path, data: dict) -> str:
     m = data["machine"]
-    busy = f"machine busy {m['busy_before']:.2f} before, {m['busy_after']:.2f} after (0 idle, 1 fully busy)"
-    tree = f" ({m['working_tree']})" if m.get("working_tree") else ""
+    features = set(m.get("cpu_features", []))
+    isa = ", ".join(name for name, flag in (("AVX2", "avx2"), ("AVX-512", "avx512f"), ("AVX512-BF16", "avx512_bf16"),
+                                            ("AMX", "amx_tile")) if flag in features) or "no AVX2"
+    busy = (f"other work on the machine: {m['busy_before']:.2f} of its cores busy at the start, {m['busy_after']:.2f} "
+            "at the end")
     return (f"Source: `{path.relative_to(REPO).as_posix()}`, written by "
-            f"`{m.get('command', 'python scripts/bench_targets.py')}`: {m['cpu']} ({m['cores']} cores, {m['threads']} "
-            f"threads, kernel built for `{m['isa']}`), torch {m['torch']}, commit {m.get('commit', 'not recorded')}"
-            f"{tree}; {busy}.")
+            f"`{m.get('command', 'python scripts/bench_targets.py')}`: {m['cpu']} ({isa}; {m['cores']} cores, "
+            f"{m['threads']} threads, kernel built for `{m['isa']}`), torch {m['torch']}, commit "
+            f"{m.get('commit', 'not recorded')}; {busy}.")
 
 
 def speed_block(path: Path, data: dict) -> str:

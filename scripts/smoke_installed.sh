@@ -56,7 +56,7 @@ step ssa-hf params
 step ssa-hf convert llama llama_ssa
 step ssa-hf push llama_ssa someone/tiny-ssa --dry-run --no-validate-online
 step ssa-hf demo --output-dir demo_core
-step python -c "import torch; from transformers import AutoModelForCausalLM as A; m = A.from_pretrained('llama_ssa'); \
+step python -c "import torch, ssa_hf; from transformers import AutoModelForCausalLM as A; m = A.from_pretrained('llama_ssa'); \
 print(type(m).__name__, m.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=3, do_sample=False).tolist())"
 refuses() {  # the command fails with one line naming the extra's pip command, before any work
     echo "+ $* (without its extra)"
@@ -69,6 +69,8 @@ refuses ssa-hf pretrain --config configs/pretrain/tiny_causal.yaml --output_dir 
 refuses ssa-hf eval llama_ssa --tasks arc_easy
 refuses ssa-hf icl --preset quick --output-dir refused
 refuses ssa-hf reproduce --scale cpu --plan
+refuses ssa-hf export llama_ssa --format onnx --output refused
+refuses ssa-hf serve llama_ssa
 [ ! -e refused ] || { echo "a refused command wrote its output folder" >&2; exit 1; }
 
 "$venv/bin/pip" install -q torch==2.13.0 "$(ls "$work/dist"/ssa_hf-*.whl)[all]"
@@ -91,7 +93,16 @@ step ssa-hf push causal/final someone/tiny-ssa --dry-run --no-validate-online
 step ssa-hf icl --preset quick --tasks every --scoring softmax,ssa --seeds 0 --steps 2 --eval_batches 1 \
     --sigmas 1 12 --lengths 21 --output-dir icl
 step ssa-hf demo --output-dir demo
-step ssa-hf reproduce --scale cpu --plan
+# the plan and its checks: this folder lacks most of the data, so it lists the problems and exits 1
+echo "+ ssa-hf reproduce --scale cpu --plan --data-dir data"
+if ssa-hf reproduce --scale cpu --plan --data-dir data > "$work/last.log" 2>&1; then
+    cat "$work/last.log"; echo "FAILED: the plan found no problem in a folder without the data" >&2; exit 1
+fi
+grep -q "checked before any run:" "$work/last.log" && grep -q "ssa-hf data download" "$work/last.log" \
+    || { cat "$work/last.log"; echo "FAILED: ssa-hf reproduce --plan" >&2; exit 1; }
+tail -n 2 "$work/last.log"
+step ssa-hf export llama_ssa --format onnx --output onnx_export
+step ssa-hf serve --help
 for folder in causal/final masked/final llama_ssa icl demo compare; do [ -e "$folder" ] || { echo "missing $folder" >&2; exit 1; }; done
 echo "smoke test of the installed package passed ($((SECONDS - started)) s)"
 rm -rf "$work"

@@ -91,6 +91,8 @@ def test_core_commands_run_without_any_extra(tmp_path):
     (["compare", "a", "b"], "eval"),
     (["icl", "--preset", "quick"], "icl"),
     (["reproduce", "--scale", "cpu", "--plan"], "experiments"),
+    (["serve", "model"], "serve"),
+    (["export", "model", "--format", "onnx", "--output", "x"], "export"),
 ])
 def test_a_command_without_its_extra_says_which_to_install(tmp_path, argv, extra):
     result = run_child(tmp_path, f"results['run'] = run(*{argv!r})")

@@ -68,6 +68,9 @@ def run(args) -> int:
         if problems:
             print("\n".join(f"  PROBLEM: {line}" for line in problems))
             print(f"{len(problems)} problem(s): the run would stop before its first step")
+            if any("does not exist" in p or "no local copy" in p or "not a folder" in p for p in problems):
+                print("missing data: build the data folder once with `ssa-hf data download --to DIR`, then pass "
+                      "--data-dir DIR or set SSA_HF_DATA_DIR=DIR (docs/data.md)")
         if config.scale == "paper" and not args.execute:
             print("this is the GPU scale: add --execute to run it (or --rehearse to rehearse it on the CPU)")
         return 1 if problems else 0

@@ -186,7 +186,8 @@ def _check_lm_eval(settings: dict, data_dir: str | None, lines: list, problems: 
         else:
             path, hub_name = lm_tasks.stock_dataset(task)
             where.append(f"{name} (Hub {path}{'/' + hub_name if hub_name else ''}{scorer})")
-    lines.append(f"lm-eval {lm_eval.__version__}: {len(known)} tasks load their code here: {', '.join(where)}; "
+    lines.append(f"lm-eval {lm_eval.__version__}: {len(known)} tasks load their code here"
+                 f"{': ' + ', '.join(where) if where else ''}; "
                  f"{config.num_fewshot}-shot, limit {config.limit or 'none'}")
 
 

@@ -120,10 +120,14 @@ def load_for_export(model_or_folder, trust_remote_code: bool = False):
 
     from ..hub.folders import safe_weights_kwargs, task_of
     from ..models.families import TASKS
+    from ..regular_files import check_model_folder
 
     source = str(model_or_folder)
     if not Path(source).exists() and (source.startswith((".", "/")) or source.count("/") > 1):
         raise FileNotFoundError(f"model folder {source!r} does not exist")
+    if Path(source).exists() and not Path(source).is_dir():
+        raise ValueError(f"model {source!r} is a file; give the checkpoint folder (with config.json)")
+    check_model_folder(source)  # (a FIFO, a JSON list, sizes < 1: one line, before transformers reads them)
     weights = safe_weights_kwargs(source, trust_remote_code)
     config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
     auto_class = TASKS[task_of(config)].auto_class

@@ -16,9 +16,11 @@ Continuous batching (`--continuous-batching`) runs the model's scoring function 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
+from pathlib import Path
 
 import transformers
 from transformers.cli.serving.model_manager import ModelLoader
@@ -77,6 +79,20 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, continuous_b
     responses, completions, models); the chat template is the tokenizer's."""
     from transformers.cli.serve import Serve
 
+    from ..hub.folders import check_weight_files
+    from ..regular_files import check_model_folder
+
+    local = Path(model).expanduser()
+    if local.exists():
+        if not local.is_dir():
+            raise ValueError(f"model {model!r} is a file; give the model folder (with config.json)")
+        check_model_folder(local)  # (a FIFO, a JSON list, sizes < 1: one line, before the server starts)
+        check_weight_files(local)  # (a damaged safetensors file: refused now, not at the first request)
+    elif model.startswith(("/", "./", "../", "~")) or model.count("/") > 1:
+        raise FileNotFoundError(f"model folder {model!r} does not exist")
+    if exit_after is not None and not (isinstance(exit_after, (int, float)) and math.isfinite(exit_after)
+                                       and exit_after > 0):
+        raise ValueError(f"--exit-after must be a positive, finite number of seconds, got {exit_after!r}")
     if attn_implementation is not None and attn_implementation not in IMPLEMENTATION_CHOICES:
         raise ValueError(f"attn_implementation must be one of {list(IMPLEMENTATION_CHOICES)}, "
                          f"got {attn_implementation!r}")

@@ -79,6 +79,8 @@ COMMANDS = {
                            "--output-dir", str(m.parent / "probe")],
     "convert": lambda m, t: ["convert", str(m), str(m.parent / "converted")],
     "push": lambda m, t: ["push", str(m), "someone/x", "--dry-run"],
+    "export": lambda m, t: ["export", str(m), "--format", "onnx", "--output", str(m.parent / "exported")],
+    "serve": lambda m, t: ["serve", str(m), "--exit-after", "1"],
 }
 
 
@@ -176,6 +178,8 @@ OTHER = [
     ("push with a damaged model.safetensors (exit 1: SafetensorError naming no file)",
      lambda p: ["push", p["damaged"], "someone/x", "--dry-run"],
      r"model\.safetensors: not a readable safetensors file"),
+    ("serve --exit-after nan (a timer that never fires, or at once for -1)",
+     lambda p: ["serve", p["model"], "--exit-after", "nan"], r"--exit-after must be a positive, finite number"),
     ("convert SRC a file ('does not exist')",
      lambda p: ["convert", p["text"], str(p["tmp"] / "dst")], r"source checkpoint folder .* is a file, not a folder"),
 ]

@@ -161,7 +161,8 @@ def _run_with_fifo(stopped_run, corpora, tmp_path, fifo: str):
     return copy, config
 
 
-FIFO_CASES = ["perplexity model.safetensors", "pretrain config file", "resume manifest.json", "resume log_history.jsonl", "eval ssa_hf_tasks.json",
+FIFO_CASES = ["perplexity model.safetensors", "export model.safetensors", "serve model.safetensors",
+              "pretrain config file", "resume manifest.json", "resume log_history.jsonl", "eval ssa_hf_tasks.json",
               "perplexity data file", "push config.json"]
 
 
@@ -181,6 +182,11 @@ def test_fifos_where_files_are_expected_are_refused_never_waited_on(case, saved_
         (tmp_path / "text.txt").write_text("the cat sat on the mat . " * 40 + "\n")
         argv = ["perplexity", str(_model_with_fifo(saved_model, tmp_path, "model.safetensors")), "--data",
                 str(tmp_path / "text.txt"), "--windows", "2", "--window-length", "8"]
+        pattern = r"model\.safetensors is a FIFO \(named pipe\), not a regular file"
+    elif case in ("export model.safetensors", "serve model.safetensors"):
+        folder = _model_with_fifo(saved_model, tmp_path, "model.safetensors")
+        argv = (["export", str(folder), "--format", "onnx", "--output", str(tmp_path / "exported")]
+                if case.startswith("export") else ["serve", str(folder), "--exit-after", "1"])
         pattern = r"model\.safetensors is a FIFO \(named pipe\), not a regular file"
     elif case == "pretrain config file":
         os.mkfifo(fifo)

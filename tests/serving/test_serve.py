@@ -105,8 +105,9 @@ def _ask(port: int, model: str) -> dict:
             "responses": response.output_text}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("batching", [[], ["--continuous-batching"]], ids=["generate", "continuous-batching"])
+# the continuous-batching server runs by default (about 20 s: a server start and three requests); the plain one is slow
+@pytest.mark.parametrize("batching", [pytest.param([], id="generate", marks=pytest.mark.slow),
+                                      pytest.param(["--continuous-batching"], id="continuous-batching")])
 def test_ssa_hf_serve_answers_as_greedy_generate(model_folder, tmp_path, batching):
     port = _free_port()
     command = [sys.executable, "-m", "ssa_hf.cli", "serve", str(model_folder), "--port", str(port), "--device", "cpu",
