@@ -64,6 +64,15 @@ class BusyProcesses:
             proc.wait()
 
 
+def ratio_text(ratio: dict | None, rounds: bool = False) -> str:
+    """"0.95 [0.91, 0.99]" (with `rounds`, "... (n=12)"): a `paired_ratio` with its interval, or the median alone
+    when there were too few rounds for one; "-" for no ratio."""
+    if ratio is None:
+        return "-"
+    text = f"{ratio['median']:.2f}" + ("" if ratio["low"] is None else f" [{ratio['low']:.2f}, {ratio['high']:.2f}]")
+    return text + (f" (n={ratio['rounds']})" if rounds else "")
+
+
 def paired_ratio(baseline_times, times, level: float = 0.95) -> dict:
     """Speed of `times` relative to `baseline_times` (> 1: faster), paired by round: the round-k samples of the two
     ran back to back, so each ratio baseline_k / times_k sees one machine state.  Returns the median ratio and a

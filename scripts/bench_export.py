@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_attention import cpu_description  # noqa: E402
-from bench_common import MALLOC_ENV, BusyProcesses, busy_fraction, paired_ratio, pin_malloc_env, split_args  # noqa: E402
+from bench_common import MALLOC_ENV, BusyProcesses, busy_fraction, paired_ratio, pin_malloc_env, ratio_text, split_args  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -93,12 +93,6 @@ def measure(args, preset: str, lengths: list[int]) -> list[dict]:
     return rows
 
 
-def _interval(ratio: dict) -> str:
-    if ratio["low"] is None:
-        return f"{ratio['median']:.2f}"
-    return f"{ratio['median']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}]"
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", nargs="+", default=["tiny_llama"], help="model presets (configs/models/)")
@@ -130,7 +124,7 @@ def main(argv=None) -> int:
     lines = ["| preset | params | batch x length | eager ms | onnxruntime ms | paired x eager [95% CI] (> 1: faster) "
              "| max abs diff | max abs logit |", "|---|---:|---|---:|---:|---|---:|---:|"]
     lines += [f"| {r['preset']} | {r['parameters']:,} | {r['batch']} x {r['length']} | {r['eager_ms']:.2f} | "
-              f"{r['onnxruntime_ms']:.2f} | {_interval(r['onnxruntime_vs_eager'])} | {r['max_abs_diff']:.2g} | "
+              f"{r['onnxruntime_ms']:.2f} | {ratio_text(r['onnxruntime_vs_eager'])} | {r['max_abs_diff']:.2g} | "
               f"{r['max_abs_logit']:.3g} |" for r in rows]
     table = "\n".join(lines)
     Path(args.output).write_text(json.dumps({"machine": machine, "rows": rows, "table": table}, indent=2) + "\n")

@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import MALLOC_ENV, BusyProcesses, busy_fraction, paired_ratio, pin_malloc_env, split_args  # noqa: E402
+from bench_common import MALLOC_ENV, BusyProcesses, busy_fraction, paired_ratio, pin_malloc_env, ratio_text, split_args  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = [("ssa", "ssa", "ssa_auto"), ("softmax", "softmax", "ssa_auto"), ("softmax sdpa", "softmax", "sdpa"),
@@ -338,10 +338,7 @@ def measure(args, preset: str, length: int) -> list[dict]:
 
 
 def _interval(ratio: dict) -> str:
-    """"0.95 [0.91, 0.99] (n=12)": a paired median ratio with its interval, or the median alone."""
-    if ratio["low"] is None:
-        return f"{ratio['median']:.2f} (n={ratio['rounds']})"
-    return f"{ratio['median']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}] (n={ratio['rounds']})"
+    return ratio_text(ratio, rounds=True)
 
 
 def main(argv=None) -> int:

@@ -40,7 +40,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import BusyProcesses, busy_fraction, paired_ratio, split_args  # noqa: E402
+from bench_common import BusyProcesses, busy_fraction, paired_ratio, ratio_text, split_args  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
@@ -273,14 +273,6 @@ def render_docs(json_path: str, doc_path: str) -> None:
     print(f"rewrote the figures of {doc_path} from {json_path}")
 
 
-def _interval(r: dict | None) -> str:
-    if r is None:
-        return "-"
-    if r["low"] is None:
-        return f"{r['median']:.2f}"
-    return f"{r['median']:.2f} [{r['low']:.2f}, {r['high']:.2f}]"
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default=None, help="a model preset (e.g. decoder_114m); default: a tiny decoder")
@@ -325,7 +317,7 @@ def main(argv=None) -> int:
              "|---|---:|---|---|---:|---:|---|"]
     lines += [f"| {r['dtype']} | {r['concurrency']} | {r['variant']} | `{r['attention']}` | " + (
               f"- | failed: {r['error'][:80]} | - |" if "error" in r else
-              f"{r['tokens']} | {r['tokens_per_s']:.1f} | {_interval(r['vs_stock_sdpa'])} |") for r in rows]
+              f"{r['tokens']} | {r['tokens_per_s']:.1f} | {ratio_text(r['vs_stock_sdpa'])} |") for r in rows]
     if serving:
         base = next(r for r in serving if r["variant"] == "stock sdpa")
         lines += ["", "| served (continuous batching, fp32) | TTFT ms | x stock | ITL ms | x stock |", "|---|---:|---:|---:|---:|"]

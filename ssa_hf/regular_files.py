@@ -13,6 +13,7 @@ Importing this module is light (standard library only).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import stat
@@ -69,6 +70,12 @@ def open_regular(path: str | os.PathLike, mode: str = "r", what: str | None = No
 def read_bytes(path: str | os.PathLike, what: str | None = None) -> bytes:
     with open_regular(path, "rb", what) as handle:
         return handle.read()
+
+
+def sha256_file(path: str | os.PathLike, what: str | None = None) -> str:
+    """The sha256 of a regular file's content, read in 1 MB blocks."""
+    with open_regular(path, "rb", what) as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def read_text(path: str | os.PathLike, what: str | None = None, encoding: str = "utf-8", errors: str = "strict") -> str:

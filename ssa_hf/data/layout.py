@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from ..regular_files import sha256_file
+
 CHECKSUM_FILE = "SHA256SUMS"
 SOURCE_FILE = "SOURCE.json"
 DOWNLOAD_HINT = "ssa-hf data download --to DIR"
@@ -249,14 +251,6 @@ def selected(names: Iterable[str] | None) -> list[DataSet]:
     if unknown:
         raise ValueError(f"unknown data sets {unknown}; choose from {sorted(DATASETS)}")
     return [DATASETS[n] for n in names]
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _write_checksums(folder: Path) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from ..regular_files import check_regular_file, open_regular
+from ..regular_files import check_regular_file, open_regular, sha256_file
 
 DATA_DIR_ENV = "SSA_HF_DATA_DIR"
 LOCAL_FORMATS = ("text", "jsonl", "parquet")
@@ -300,11 +300,8 @@ def _file_stamp(path: Path) -> str:
     """What the `datasets` cache of a local file is keyed on: its path, size and the sha256 of its content (size
     and modification time alone miss a same-size edit whose old mtime was kept, `cp -p` or clock skew, and the
     cache would serve the old text)."""
-    import hashlib
-
     stat = path.stat()
-    with open_regular(path, "rb", "data file") as handle:
-        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+    digest = sha256_file(path, "data file")
     return f"{path.resolve()}:{stat.st_size}:{digest}"
 
 

@@ -6,6 +6,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from ..regular_files import sha256_file
+
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 
 
@@ -89,13 +91,7 @@ def weights_sha256(folder: str | Path) -> dict[str, Any]:
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))
     if not files:
         raise FileNotFoundError(f"no weight files ({', '.join(WEIGHT_SUFFIXES)}) in {folder}")
-    per_file = {}
-    for path in files:
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-        per_file[path.name] = digest.hexdigest()
+    per_file = {path.name: sha256_file(path, "weight file") for path in files}
     combined = hashlib.sha256("".join(f"{name}:{h}\n" for name, h in per_file.items()).encode()).hexdigest()
     return {"sha256": combined, "files": per_file}
 

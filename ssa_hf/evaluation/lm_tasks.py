@@ -481,8 +481,6 @@ def write_local_tasks(data_dir: str | Path, folder: str | Path, tasks: list[str]
     first (`fresh_task_folder`): the TaskManager indexes only what this call wrote. A task that ../shared/data does
     not hold (winogrande, copa) reads its local copy when `data_dir` has one, else the Hub: offline that is a
     ValueError saying what to do."""
-    import yaml
-
     names = list(LOCAL_TASKS) if tasks is None else list(tasks)
     unknown = [name for name in names if name not in LOCAL_TASKS]
     if unknown:

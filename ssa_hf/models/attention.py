@@ -30,7 +30,7 @@ from torch import Tensor
 from .backends import _SMALL_PROBLEM, BACKEND_NAMES, BACKENDS, AttentionCall, choose_backend, dispatch, infer, inference_runner, needs_grad, supported_backends
 from .linear import as_4d
 from .mixture import Group, run_groups
-from .parameters import as_head_tensor, checked_before, closest_name, is_real, unchanged_values, value_copy
+from .parameters import as_head_tensor, checked_before, checked_flag, closest_name, is_real, unchanged_values, value_copy
 from .scoring import ALL_SCORING_FUNCTIONS, get_scoring_function
 
 __all__ = ["BACKENDS", "BACKEND_NAMES", "DEFAULT_IMPLEMENTATION", "IMPLEMENTATIONS", "choose_backend", "config_value",
@@ -74,15 +74,6 @@ def _check_inputs(query, key, value, attn_mask, scale, dropout_p) -> None:
         raise ValueError(f"scale must be a finite number > 0 (or None for 1/sqrt(head_dim)), got {scale!r}")
     if not (dropout_p == 0.0 and type(dropout_p) in (float, int) or is_real(dropout_p) and 0.0 <= dropout_p < 1.0):
         raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
-
-
-def _checked_flag(name: str, value) -> bool:
-    """A real bool (numpy's too); anything else (the string "False", 0, None) is refused: SDPA refuses it, and
-    reading it as truthy would run causal attention for `is_causal="False"`."""
-    kind = type(value)
-    if kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"):
-        return bool(value)
-    raise TypeError(f"{name} must be True or False, got {value!r} ({kind.__name__})")
 
 
 def _check_tensors(query, key, value) -> None:
@@ -143,7 +134,7 @@ def scored_attention(
     """
     _check_inputs(query, key, value, attn_mask, scale, dropout_p)
     if is_causal is not False and is_causal is not True:
-        is_causal = _checked_flag("is_causal", is_causal)
+        is_causal = checked_flag("is_causal", is_causal)
     _check_shapes(query, key, value, enable_gqa)
     if isinstance(scoring, str):  # one scoring function: the call carries its group
         groups, spec = None, get_scoring_function(scoring)

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from .native import load_kernels, native_enabled, set_native_enabled
+from .parameters import checked_flag
 
 __all__ = ["blockwise_attention", "run_blockwise", "inference_runner", "set_native_enabled", "native_enabled",
            "SUPPORTED_SCORING"]
@@ -425,9 +426,7 @@ def blockwise_attention(query, key, value, b=None, n=None, attn_mask=None, is_ca
     if scoring not in SUPPORTED_SCORING:
         raise ValueError(f"blockwise_attention: unsupported scoring {scoring!r}; supported: {', '.join(SUPPORTED_SCORING)}")
     _check_shapes(query, key, value)
-    if not (type(is_causal) is bool or type(is_causal).__name__ in ("bool", "bool_")
-            and type(is_causal).__module__ == "numpy"):  # is_causal="False" would otherwise run causal attention
-        raise TypeError(f"blockwise_attention: is_causal must be True or False, got {is_causal!r}")
+    is_causal = checked_flag("blockwise_attention: is_causal", is_causal)
     tiles = _tiles(block_size)
     if attn_mask is not None:
         _check_mask(attn_mask, query.shape[:3] + key.shape[2:3])

@@ -40,6 +40,17 @@ def closest_name(value, choices) -> str:
     return f"; did you mean {match[0]!r}?" if match else "."
 
 
+def checked_flag(name: str, value) -> bool:
+    """A real bool (numpy's too); anything else (the string "False", 0, None) is refused: SDPA refuses it, and
+    reading it as truthy would run causal attention for `is_causal="False"`."""
+    kind = type(value)
+    if kind is bool:
+        return value
+    if kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {value!r} ({kind.__name__})")
+
+
 def is_real(value) -> bool:
     """A real number that is not a bool."""
     kind = type(value)

@@ -16,7 +16,6 @@ manifest verifies; `--resume latest` takes the newest that does and names the ne
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..regular_files import NotARegularFileError, open_regular, read_json
+from ..regular_files import NotARegularFileError, read_json, sha256_file
 from ..reporting import FileTooLargeError, NoSpaceError, atomic_folder, atomic_write_json
 from .state import CheckpointError, NonFiniteError, capture_state, load_state, non_finite_tensors, read_process_json, write_state
 
@@ -45,14 +44,6 @@ def checkpoints_dir(output_dir: str | os.PathLike) -> Path:
 # ----------------------------------------------------------------------------------------------- manifests
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open_regular(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_manifest(folder: Path, **extra: Any) -> Path:
     """`manifest.json`: size and sha256 of every file in `folder` (written last: its presence marks the folder
     complete)."""
@@ -60,7 +51,7 @@ def write_manifest(folder: Path, **extra: Any) -> Path:
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         name = path.relative_to(folder).as_posix()
         if name != MANIFEST_FILE:
-            files[name] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+            files[name] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
     return atomic_write_json(folder / MANIFEST_FILE, {"format": MANIFEST_FORMAT, **extra, "files": files})
 
 
@@ -87,7 +78,7 @@ def verify_checkpoint(folder: str | os.PathLike, required: tuple[str, ...] = (ST
             return f"{name} is not a regular file"
         if path.stat().st_size != entry.get("size"):
             return f"{name} has {path.stat().st_size} bytes, the manifest says {entry.get('size')} (truncated?)"
-        if _sha256(path) != entry.get("sha256"):
+        if sha256_file(path) != entry.get("sha256"):
             return f"{name} does not match its sha256 in the manifest (damaged)"
     for name in required:
         if name not in files:

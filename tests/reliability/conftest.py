@@ -9,7 +9,20 @@ from pathlib import Path
 
 import pytest
 
+from ..data.fixtures import documents, write_text
+from ..evaluation import fixtures as eval_fixtures
 from ..train.conftest import _datasets_cache, corpora, reference_runs, tiny_config  # noqa: F401  (fixtures)
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """The inputs the evaluation commands read: a corpus, an lm-eval data folder and Zorro files."""
+    root = tmp_path_factory.mktemp("inputs")
+    return {
+        "text": write_text(root / "corpus.txt", documents(20, per_document=4)),
+        "data_dir": eval_fixtures.write_data(root / "data"),
+        "zorro": eval_fixtures.write_zorro(root / "zorro"),
+    }
+
 
 PLANTED_CODE = """
 import pathlib

@@ -34,16 +34,6 @@ def real_checkpoints(tmp_path_factory):
     }
 
 
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("inputs")
-    return {
-        "text": write_text(root / "corpus.txt", documents(20, per_document=4)),
-        "data_dir": eval_fixtures.write_data(root / "data"),
-        "zorro": eval_fixtures.write_zorro(root / "zorro"),
-    }
-
-
 def _pretrain_config(folder: Path, tmp_path: Path) -> Path:
     corpora = {"causal": write_text(tmp_path / "train.txt", documents(60, per_document=4))}
     config = tiny_config("causal", corpora, tmp_path / "run", max_steps=1, eval_steps=0, save_steps=0,

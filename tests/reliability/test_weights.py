@@ -20,7 +20,6 @@ from safetensors.torch import load_file, save_file
 
 from ssa_hf.cli import main
 
-from ..data.fixtures import documents, write_text
 from ..evaluation import fixtures as eval_fixtures
 from .conftest import planted_pickle_bytes
 
@@ -33,16 +32,6 @@ def checkpoints(tmp_path_factory):
         "causal": eval_fixtures.save(eval_fixtures.causal_lm(causal_tok, scoring="softmax"), causal_tok, root / "causal"),
         "ssa": eval_fixtures.save(eval_fixtures.causal_lm(causal_tok, scoring="ssa"), causal_tok, root / "ssa"),
         "masked": eval_fixtures.save(eval_fixtures.masked_lm(masked_tok), masked_tok, root / "masked"),
-    }
-
-
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("inputs")
-    return {
-        "text": write_text(root / "corpus.txt", documents(20, per_document=4)),
-        "data_dir": eval_fixtures.write_data(root / "data"),
-        "zorro": eval_fixtures.write_zorro(root / "zorro"),
     }
 
 
