@@ -3,6 +3,7 @@ through the server.
 
     python scripts/bench_serving.py                          # tiny decoder, 1/8/32 concurrent requests, fp32+bf16
     python scripts/bench_serving.py --preset decoder_114m    # the 114M decoder (configs/models/decoder_114m.yaml)
+    python scripts/bench_serving.py --preset decoder_114m --llama-block   # its sizes, Llama's block: stock Llama
     python scripts/bench_serving.py --serve                  # also time to first token / inter-token latency
     python scripts/bench_serving.py --quick                  # one round, fewer tokens (a smoke run)
 
@@ -49,7 +50,13 @@ VARIANTS = ("ssa", "stock sdpa", "stock paged|eager")
 BASELINE = "stock sdpa"
 
 
-def build_models(preset: str | None, dtype):
+# the Llama block (SwiGLU MLP, RMSNorm, RoPE on every dimension) over a preset's sizes, whose stock class is then
+# LlamaForCausalLM, which batches under transformers' continuous batching (NemotronForCausalLM does not, 5.25)
+LLAMA_BLOCK = {"mlp_type": "swiglu", "norm_type": "rmsnorm",
+               "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}}
+
+
+def build_models(preset: str | None, dtype, llama_block: bool = False):
     """variant -> model: the SSA model and the stock transformers class a user would pick instead, with the same
     sizes, MLP and norm (bench_model.stock_model: LlamaForCausalLM, or NemotronForCausalLM for decoder_114m); the
     stock models take the SSA model's weights where their names match (answers are as long as asked either way:
@@ -63,7 +70,7 @@ def build_models(preset: str | None, dtype):
     if preset:
         from ssa_hf.presets import build_model, load_model_config
 
-        ssa = build_model(load_model_config(preset, attention_scoring="ssa"))
+        ssa = build_model(load_model_config(preset, attention_scoring="ssa", **(LLAMA_BLOCK if llama_block else {})))
     else:
         ssa = SSALlamaForCausalLM(SSALlamaConfig(**TINY, pad_token_id=0, bos_token_id=1, eos_token_id=2))
     if type(ssa).__name__ != "SSALlamaForCausalLM":
@@ -125,7 +132,7 @@ def measure_throughput(args, dtype_name: str) -> list[dict]:
     import torch
 
     dtype = getattr(torch, dtype_name)
-    models = build_models(args.preset, dtype)
+    models = build_models(args.preset, dtype, args.llama_block)
     vocab = models["ssa"].config.vocab_size
     managers = {name: start_manager(model, args.max_batch_tokens) for name, model in models.items()}
     rows, failed = [], {}
@@ -177,7 +184,7 @@ def measure_serving(args) -> list[dict]:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    built = build_models(args.preset, torch.float32)
+    built = build_models(args.preset, torch.float32, args.llama_block)
     vocab = built["ssa"].config.vocab_size
     # a word-level tokenizer over the model's vocabulary: every token id is one word, so prompts are exact
     words = {f"w{i}": i for i in range(vocab)}
@@ -248,18 +255,44 @@ def machine_description(args, load_before, busy_before) -> dict:
             "transformers": transformers.__version__, "python": platform.python_version(),
             "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "busy_before": busy_before,
             "busy_after": busy_fraction(), "busy_processes": args.load, "preset": args.preset or "tiny",
-            "new_tokens": args.new_tokens, "rounds": args.rounds, "max_batch_tokens": args.max_batch_tokens}
+            "llama_block": args.llama_block, "new_tokens": args.new_tokens, "rounds": args.rounds, "max_batch_tokens": args.max_batch_tokens}
 
 
 DOCS_BLOCK = ("<!-- generated: serving-figures -->\n", "\n<!-- end: serving-figures -->")
 
 
+TARGET = 0.95  # SSA tokens/s over the stock class's (sdpa) under continuous batching, at every concurrency and dtype
+
+
+def target_sentence(result: dict) -> str:
+    """What the run says about the throughput target, in words: the cells whose median paired ratio reaches it,
+    those whose interval lies above it, and the lowest median."""
+    cells = [(row["vs_stock_sdpa"], row) for row in result["rows"]
+             if row["variant"] == "ssa" and row.get("vs_stock_sdpa")]
+    if not cells:
+        return "No SSA row has a paired ratio."
+    median_met = sum(ratio["median"] >= TARGET for ratio, _ in cells)
+    settled = sum(ratio["low"] is not None and ratio["low"] >= TARGET for ratio, _ in cells)
+    lowest, row = min(cells, key=lambda cell: cell[0]["median"])
+    machine = result["machine"]
+    load = (f"{machine['busy_processes']} busy processes beside it" if machine.get("busy_processes")
+            else "no busy processes added")
+    if machine.get("busy_before") is not None and machine.get("busy_after") is not None:
+        load += f" (the CPU {machine['busy_before']:.0%} busy just before, {machine['busy_after']:.0%} just after)"
+    return (f"Target: SSA at least {TARGET:.2f}x the stock `sdpa` tokens/s. Measured with {load}: the median "
+            f"paired ratio reaches it in {median_met} of {len(cells)} cells (lowest {lowest['median']:.2f}, "
+            f"{row['dtype']} with {row['concurrency']} requests); the interval lies wholly above it in {settled} of "
+            f"{len(cells)}.")
+
+
 def docs_block(result: dict, source: str) -> str:
-    """The figures block of docs/serving.md from a result JSON (its table and where it came from)."""
+    """The figures block of docs/serving.md from a result JSON (its table, what it says about the target and
+    where it came from)."""
     machine = result["machine"]
     command = " ".join(["python", *machine["command"].split()[1:]])
     return (f"{DOCS_BLOCK[0]}Source: `{source}`, written by `{command}` ({machine['cores']} CPU cores, torch "
-            f"{machine['torch']}, transformers {machine['transformers']}).\n\n{result['table']}{DOCS_BLOCK[1]}")
+            f"{machine['torch']}, transformers {machine['transformers']}).\n\n{result['table']}\n"
+            f"{target_sentence(result)}\n{DOCS_BLOCK[1]}")
 
 
 def render_docs(json_path: str, doc_path: str) -> None:
@@ -276,6 +309,9 @@ def render_docs(json_path: str, doc_path: str) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default=None, help="a model preset (e.g. decoder_114m); default: a tiny decoder")
+    parser.add_argument("--llama-block", action="store_true",
+                        help="with --preset: its sizes with the Llama block (SwiGLU, RMSNorm, full RoPE), compared "
+                             "with the stock LlamaForCausalLM (decoder_114m's stock Nemotron class cannot batch)")
     parser.add_argument("--concurrency", nargs="+", default=["1", "8", "32"], help="concurrent requests (default 1 8 32)")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--new-tokens", type=int, default=32, help="mean answer length (answers: 0.5x to 1.5x)")
@@ -293,6 +329,8 @@ def main(argv=None) -> int:
     parser.add_argument("--render-docs", default=None, metavar="JSON",
                         help="only rewrite the --docs file's figures block from this earlier result")
     args = parser.parse_args(argv)
+    if args.llama_block and not args.preset:
+        parser.error("--llama-block takes the sizes of a --preset (e.g. --preset decoder_114m)")
     if args.render_docs:
         render_docs(args.render_docs, args.docs or str(REPO / "docs" / "serving.md"))
         return 0

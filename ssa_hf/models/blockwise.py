@@ -528,9 +528,10 @@ def run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q=BLOCK
 def inference_runner(b, n, block_q=BLOCK_Q, block_k=BLOCK_K):
     """``run(query, key, value, mask, is_causal, scale) -> out`` for one scoring group's b and n (None for
     softmax; else numbers, one-value or [H] tensors), bound once (a layer's state keeps it until its parameters
-    change).  Eager calls that need no gradient, on CPU tensors in a kernel dtype and without a mask tensor (a
-    decoding step), go straight to the compiled kernel: b and n converted once, no op dispatch, no lse; a small
-    model's decoding step spent as long in those as in the kernel.  Anything else runs ``run_blockwise``."""
+    change).  Eager calls that need no gradient, on CPU tensors in a kernel dtype, without a mask or with a 4-D
+    boolean one the kernel reads as it is (a decoding step, a continuous-batching step), go straight to the
+    compiled kernel: b and n converted once, no op dispatch, no lse; a small model's decoding step spent as long
+    in those as in the kernel.  Anything else runs ``run_blockwise``."""
     prepared = {}  # heads -> (b, n) as the kernel reads them (float32 [H] on the CPU: only CPU calls take this way)
     grads = any(torch.is_tensor(t) and t.requires_grad for t in (b, n))
 
@@ -543,14 +544,16 @@ def inference_runner(b, n, block_q=BLOCK_Q, block_k=BLOCK_K):
         return prepared[H]
 
     def run(query, key, value, mask, is_causal, scale):
-        if (mask is None and type(query) is Tensor and query.is_cpu and not torch.compiler.is_compiling()
+        if ((mask is None or type(mask) is Tensor and mask.dtype is torch.bool and mask.dim() == 4 and mask.is_cpu
+             and (mask.shape[3] == 1 or mask.stride(3) == 1))
+                and type(query) is Tensor and query.is_cpu and not torch.compiler.is_compiling()
                 and not (torch.is_grad_enabled() and (grads or query.requires_grad or key.requires_grad
                                                       or value.requires_grad))
                 and not torch.is_autocast_enabled("cpu")):  # run_blockwise casts as autocast would
             H = query.shape[1]
             hb, hn = prepared.get(H) or head_params(H, query)
             s = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-            res = _kernel_forward(query, key, value, hb, hn, None, bool(is_causal), s, block_q, block_k, False)
+            res = _kernel_forward(query, key, value, hb, hn, mask, bool(is_causal), s, block_q, block_k, False)
             if res is not None:
                 return res[0]
         return run_blockwise(query, key, value, b, n, mask, is_causal, scale, block_q, block_k)

@@ -12,9 +12,12 @@ flash) compute softmax.
   layout and run each request's queries against its own keys only (bottom-right causal, as the new tokens are the
   last keys), through the same attention function and backend as the model's implementation (`ssa_auto` ->
   `ssa_paged`, `ssa_eager` -> `ssa_paged_eager`, ...): the scoring function and its parameters come from the module,
-  masked keys get weight exactly 0. The requests that decode one token are run as one batch, their keys padded to
-  the longest with a boolean mask; each prefill (or chunk of one) runs on its own. Called without the packed layout
-  (a plain `generate`, a forward), they run the model's usual attention.
+  masked keys get weight exactly 0. A small step (queries x keys x heads x head size up to `PACKED_BUDGET`, as a
+  few requests or short ones give) runs as ONE call over the packed row with a block-diagonal causal boolean mask,
+  as transformers' own `sdpa` does; a larger one runs the requests that decode one token as one batch, their keys
+  gathered and padded to the longest with a boolean mask, and each prefill (or chunk of one) on its own, so that
+  the work grows with each request's own keys rather than with all of them. Called without the packed layout (a
+  plain `generate`, a forward), they run the model's usual attention.
 - `init_continuous_batching(model, ...)`: what an ssa-hf model's `init_continuous_batching` runs: transformers' own
   manager, whose switch to a batching attention (`switch_to_cb_friendly_attn`, which accepts only `paged|eager`,
   `sdpa` and flash names and may switch a half-precision model to flash, all softmax) is replaced for ssa-hf models
@@ -41,16 +44,20 @@ PAGED_IMPLEMENTATIONS = {"ssa_paged": None, **{f"ssa_paged_{name}": name for nam
 # the model's implementation -> the paged one that runs the same backend
 PAGED_OF = {name: ("ssa_paged" if backend is None else f"ssa_paged_{backend}")
             for name, backend in IMPLEMENTATIONS.items()}
+# queries x keys x heads x head size up to which one packed call with a block mask beats the per-request calls:
+# below it, calls cost more than the masked-out scores (tiny decoder, fp32: scripts/bench_serving.py)
+PACKED_BUDGET = 1 << 22
 
 
 class _Plan:
     """Where each request of a packed call lies (from cu_seq_lens_q / cu_seq_lens_k), and the gather indices of
     the one-token (decoding) requests, built once per batch step and shared by its layers."""
 
-    __slots__ = ("key", "prefills", "decode_q", "decode_index", "decode_mask", "decode_spans", "only_decodes")
+    __slots__ = ("key", "spans", "prefills", "decode_spans", "only_decodes", "_gather", "_packed")
 
     def __init__(self, cu_q: list[int], cu_k: list[int], device):
         self.key = (tuple(cu_q), tuple(cu_k), device)
+        self._gather = self._packed = None  # built on first use: a step takes one route
         self.prefills, decodes = [], []
         for i in range(len(cu_q) - 1):
             q0, q1, k0, k1 = cu_q[i], cu_q[i + 1], cu_k[i], cu_k[i + 1]
@@ -60,21 +67,43 @@ class _Plan:
                 raise ValueError(f"paged attention: request {i} has {q1 - q0} new tokens but only {k1 - k0} keys "
                                  f"(cu_seq_lens_q={cu_q}, cu_seq_lens_k={cu_k})")
             (decodes if q1 - q0 == 1 else self.prefills).append((q0, q1, k0, k1))
+        self.spans = self.prefills + decodes
         self.decode_spans = decodes
         # the number of queries when they are exactly the decoding requests' tokens, in order (else -1)
         self.only_decodes = len(decodes) if not self.prefills and all(
             q0 == i for i, (q0, _, _, _) in enumerate(decodes)) else -1
-        self.decode_q = self.decode_index = self.decode_mask = None
-        if len(decodes) > 1:
+
+    def decode_gather(self) -> tuple[Tensor, Tensor, Tensor | None]:
+        """For two or more decoding requests: their query rows [R], the key rows that pad each to the longest
+        [R, longest] (padding reads the request's first key), and the mask of real keys [R, 1, 1, longest] (None
+        when all are as long)."""
+        if self._gather is None:
+            device, decodes = self.key[2], self.decode_spans
             lengths = torch.tensor([k1 - k0 for _, _, k0, k1 in decodes], device=device)
             starts = torch.tensor([k0 for _, _, k0, _ in decodes], device=device)
             longest = int(max(k1 - k0 for _, _, k0, k1 in decodes))
             steps = torch.arange(longest, device=device)
-            # padded positions read the request's first key (any valid row) and are masked out
-            self.decode_index = starts[:, None] + torch.where(steps[None] < lengths[:, None], steps[None], 0)
-            self.decode_mask = None if bool((lengths == longest).all()) else \
-                (steps[None] < lengths[:, None])[:, None, None, :]  # [R, 1, 1, longest], True = attend
-            self.decode_q = torch.tensor([q0 for q0, _, _, _ in decodes], device=device)
+            index = starts[:, None] + torch.where(steps[None] < lengths[:, None], steps[None], 0)
+            mask = None if bool((lengths == longest).all()) else (steps[None] < lengths[:, None])[:, None, None, :]
+            self._gather = (torch.tensor([q0 for q0, _, _, _ in decodes], device=device), index, mask)
+        return self._gather
+
+    def packed_mask(self, queries: int, keys: int) -> Tensor:
+        """[1, 1, queries, keys], True = attend: each request's new tokens see its own keys, bottom-right causal
+        (its new tokens are its last keys); rows of padding (no request) see nothing and come out as zero rows."""
+        if self._packed is not None and self._packed.shape[-2:] == (queries, keys):
+            return self._packed
+        # each row sees one range of keys, [first, last]: its request's first key up to its own position (its
+        # request's new tokens are the request's last keys); rows of no request see the empty range [1, 0]
+        first, last = [1] * queries, [0] * queries
+        for q0, q1, k0, k1 in self.spans:
+            first[q0:q1] = [k0] * (q1 - q0)
+            last[q0:q1] = range(k1 - (q1 - q0), k1)
+        bounds = torch.tensor([first, last], device=self.key[2])[:, :, None]
+        keys_at = torch.arange(keys, device=self.key[2])
+        mask = (keys_at >= bounds[0]) & (keys_at <= bounds[1])
+        self._packed = mask[None, None]
+        return self._packed
 
 
 _PLANS: dict = {}  # the last plan per device: the layers of one step share it
@@ -91,17 +120,25 @@ def _plan(cu_q: Tensor, cu_k: Tensor) -> _Plan:
 
 def _causal_from_end(q_len: int, k_len: int, device) -> Tensor | None:
     """The new tokens are the last q_len of k_len keys: query i sees keys j <= k_len - q_len + i (None when
-    q_len == k_len, which the attention function applies itself as top-left causal)."""
-    if q_len == k_len:
+    q_len == k_len, which the attention function applies itself as top-left causal, and for one query, which sees
+    every key)."""
+    if q_len == k_len or q_len == 1:
         return None
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(k_len - q_len)[None, None]
 
 
 def _rowwise(module) -> bool:
-    """Whether every head of the module scores row by row (its decoding requests can share one padded call):
-    linear attention's call defaults depend on the key length (CosFormer's m), so those run request by request."""
+    """Whether every head of the module scores row by row (its requests can share one masked call): linear
+    attention's call defaults depend on the key length (CosFormer's m), so those run request by request. Refuses a
+    module continuous batching cannot run; checked once per module (a step calls it for every layer)."""
     known = module.__dict__.get("_ssa_paged_rowwise")
     if known is None:
+        if not getattr(module, "is_causal", False):
+            raise ValueError(f"attn_implementation 'ssa_paged': continuous batching runs causal decoders only; "
+                             f"{type(module).__name__} is not causal")
+        if getattr(module, "sliding_window", None):
+            raise ValueError("attn_implementation 'ssa_paged' has no sliding-window attention; "
+                             "use model.generate for this model")
         scoring = getattr(module, "scoring", None)
         groups = scoring.attention_groups(getattr(module.config, "num_attention_heads", 1)) \
             if callable(getattr(scoring, "attention_groups", None)) else []
@@ -118,11 +155,12 @@ def _rows(tensor: Tensor) -> Tensor:
 def _decode_batch(dense, module, query, key, value, plan: _Plan, scaling, dropout) -> Tensor:
     """Every one-token request in one call: [R, H, 1, D] queries against [R, Hkv, longest, D] keys (padding
     masked out); returns [R, H, D] in request order."""
-    rows, longest = plan.decode_index.shape
-    q = _rows(query).index_select(0, plan.decode_q).unsqueeze(2)  # [R, H, 1, D]
-    k, v = (_rows(x).index_select(0, plan.decode_index.reshape(-1)).view(rows, longest, x.shape[1], x.shape[3])
+    rows_q, index, mask = plan.decode_gather()
+    rows, longest = index.shape
+    q = _rows(query).index_select(0, rows_q).unsqueeze(2)  # [R, H, 1, D]
+    k, v = (_rows(x).index_select(0, index.reshape(-1)).view(rows, longest, x.shape[1], x.shape[3])
             .transpose(1, 2) for x in (key, value))  # [R, Hkv, longest, D]
-    part, _ = dense(module, q, k, v, plan.decode_mask, scaling=scaling, dropout=dropout)
+    part, _ = dense(module, q, k, v, mask, scaling=scaling, dropout=dropout)
     return part[:, 0]
 
 
@@ -135,20 +173,18 @@ def make_paged_attention(backend: str | None):
         cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
         if not (isinstance(cu_q, Tensor) and isinstance(cu_k, Tensor)) or query.shape[0] != 1:
             return dense(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-        if not getattr(module, "is_causal", False):
-            raise ValueError(f"attn_implementation 'ssa_paged': continuous batching runs causal decoders only; "
-                             f"{type(module).__name__} is not causal")
-        if getattr(module, "sliding_window", None):
-            raise ValueError("attn_implementation 'ssa_paged' has no sliding-window attention; "
-                             "use model.generate for this model")
+        rowwise = _rowwise(module)
         plan = _plan(cu_q, cu_k)
-        heads, head_dim = query.shape[1], query.shape[3]
-        spans = plan.prefills or plan.decode_spans
-        if len(spans) == 1 and len(plan.prefills) + len(plan.decode_spans) == 1 and spans[0][:2] == (0, query.shape[2]):
-            _, q1, k0, k1 = spans[0]  # one request: its call as it is
+        _, heads, queries, head_dim = query.shape
+        if len(plan.spans) == 1 and plan.spans[0][:2] == (0, queries):
+            _, q1, k0, k1 = plan.spans[0]  # one request: its call as it is
             mask = _causal_from_end(q1, k1 - k0, query.device)
             return dense(module, query, key[:, :, k0:k1], value[:, :, k0:k1], mask, scaling=scaling, dropout=dropout)
-        batched = plan.decode_index is not None and _rowwise(module)
+        if rowwise and queries * key.shape[2] * heads * head_dim <= PACKED_BUDGET:
+            out, _ = dense(module, query, key, value, plan.packed_mask(queries, key.shape[2]), scaling=scaling,
+                           dropout=dropout)
+            return out, None  # weights over the packed row are no request's
+        batched = len(plan.decode_spans) > 1 and rowwise
         if batched and plan.only_decodes == query.shape[2]:  # a decoding step: every query is a request's token
             return _decode_batch(dense, module, query, key, value, plan, scaling, dropout).unsqueeze(0), None
         out = query.new_zeros(query.shape[2], heads, head_dim)  # [Q, H, D]; rows of padding requests stay 0
@@ -158,7 +194,7 @@ def make_paged_attention(backend: str | None):
                             dropout=dropout)
             out[q0:q1] = part[0]
         if batched:
-            out.index_copy_(0, plan.decode_q, _decode_batch(dense, module, query, key, value, plan, scaling, dropout))
+            out.index_copy_(0, plan.decode_gather()[0], _decode_batch(dense, module, query, key, value, plan, scaling, dropout))
         else:
             for q0, q1, k0, k1 in plan.decode_spans:
                 part, _ = dense(module, query[:, :, q0:q1], key[:, :, k0:k1], value[:, :, k0:k1], None,

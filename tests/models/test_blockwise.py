@@ -928,8 +928,10 @@ def test_reduced_precision_op_matches_its_fake_kernel(dtype, kernel):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_inference_runner_matches_run_blockwise(dtype, kernel):
     """The bound decoding runner (straight to the kernel when no gradient is needed) gives run_blockwise's
-    outputs: decode and prompt shapes, SSA and softmax, with a mask (its fallback), under autograd (its
-    fallback: gradients reach q and b), and NaN inputs (propagated as by the torch path)."""
+    outputs: decode and prompt shapes, SSA and softmax, with 4-D boolean masks (straight to the kernel: padding,
+    a per-row block mask as continuous batching builds, a broadcast one) and a mask of fewer dimensions (through
+    run_blockwise), under autograd (its fallback: gradients reach q and b), and NaN inputs (propagated as by the
+    torch path)."""
     q, k, v, b, n = _inputs(2, 4, 2, 5, 21, 16, seed=50, dtype=dtype)
     for bb, nn in ((b, n), (None, None)):
         run = bw.inference_runner(bb, nn)
@@ -938,10 +940,13 @@ def test_inference_runner_matches_run_blockwise(dtype, kernel):
             with torch.no_grad():
                 want = bw.run_blockwise(qq, kk, vv, bb, nn, None, causal, None)
                 assert torch.equal(run(qq, kk, vv, None, causal, None), want)
-        mask = _padding_mask(2, 5, 21, seed=50)
-        with torch.no_grad():
-            want = bw.run_blockwise(q, k, v, bb, nn, mask, False, 0.3)
-            torch.testing.assert_close(run(q, k, v, mask, False, 0.3), want)
+        padding = _padding_mask(2, 5, 21, seed=50)
+        rows = torch.rand(2, 1, 5, 21, generator=torch.Generator().manual_seed(51)) < 0.6
+        rows[..., 0] = True  # every row sees a key
+        for mask in (padding, rows, padding[:, :, :1], rows[:1, :, :1].expand(2, 1, 5, 21), padding[0, 0]):
+            with torch.no_grad():
+                want = bw.run_blockwise(q, k, v, bb, nn, mask, False, 0.3)
+                assert torch.equal(run(q, k, v, mask, False, 0.3), want)
     bg = b.clone().requires_grad_(True)
     qg = q.clone().requires_grad_(True)
     bw.inference_runner(bg, n)(qg, k, v, None, False, None).float().sum().backward()

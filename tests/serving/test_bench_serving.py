@@ -35,6 +35,21 @@ def test_docs_figures_are_the_rendering_of_the_cited_json():
         assert key in result["machine"], key
 
 
+def test_target_sentence_counts_the_cells_that_reach_the_target():
+    ratio = lambda median, low: {"median": median, "low": low, "high": 1.2, "rounds": 9}
+    rows = [{"variant": "ssa", "dtype": "float32", "concurrency": "1", "vs_stock_sdpa": ratio(1.01, 0.97)},
+            {"variant": "ssa", "dtype": "float32", "concurrency": "8", "vs_stock_sdpa": ratio(0.96, 0.90)},
+            {"variant": "ssa", "dtype": "bfloat16", "concurrency": "32", "vs_stock_sdpa": ratio(0.91, None)},
+            {"variant": "stock sdpa", "dtype": "float32", "concurrency": "1", "vs_stock_sdpa": ratio(1.0, 1.0)}]
+    sentence = _bench_module().target_sentence({"rows": rows, "machine": {"busy_processes": 0, "busy_before": 0.02,
+                                                                          "busy_after": 0.1}})
+    assert "no busy processes added (the CPU 2% busy just before, 10% just after)" in sentence
+    assert "reaches it in 2 of 3 cells (lowest 0.91, bfloat16 with 32 requests)" in sentence
+    assert "wholly above it in 1 of 3" in sentence
+    busy = _bench_module().target_sentence({"rows": rows, "machine": {"busy_processes": 2}})
+    assert "2 busy processes beside it" in busy
+
+
 @pytest.mark.slow
 def test_bench_serving_runs_every_variant(tmp_path):
     out = tmp_path / "bench.json"

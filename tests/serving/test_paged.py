@@ -6,12 +6,14 @@ model, and the refusals of transformers' softmax-only paged and flash kernels.""
 from __future__ import annotations
 
 import time
+import types
 
 import pytest
 import torch
 from transformers import ContinuousBatchingConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from ssa_hf import SSALlamaForCausalLM
+from ssa_hf.models import paged
 from ssa_hf.models.paged import PAGED_IMPLEMENTATIONS, make_paged_attention
 from tests.models import oracle
 from tests.models.tiny import llama_config
@@ -54,8 +56,15 @@ def _oracle_packed(q, k, v, cu_q, cu_k, scoring, params, scale):
     return out
 
 
+@pytest.fixture(params=["packed", "per_request"])
+def paged_route(request, monkeypatch):
+    """Both routes of a packed step: one call with a block mask (small steps) and per-request calls (large ones)."""
+    monkeypatch.setattr(paged, "PACKED_BUDGET", 1 << 40 if request.param == "packed" else 0)
+    return request.param
+
+
 @pytest.mark.parametrize("implementation", ["ssa_paged", "ssa_paged_eager", "ssa_paged_blockwise"])
-def test_paged_attention_equals_float64_oracle_over_the_packed_layout(implementation):
+def test_paged_attention_equals_float64_oracle_over_the_packed_layout(implementation, paged_route):
     model = _tiny_ssa(ssa_b_init=0.7, ssa_n_init=1.8, scoring_granularity="head")
     module = model.model.layers[0].self_attn  # 4 query heads, 2 key/value heads (GQA)
     with torch.no_grad():  # distinct values per head
@@ -75,6 +84,31 @@ def test_paged_attention_equals_float64_oracle_over_the_packed_layout(implementa
     # one query that saw another request's keys would differ too: attention over the whole packed row
     everything = oracle.attention(q, k, v, "ssa", params, scale=8 ** -0.5)[0].transpose(1, 2)
     assert (out - everything).abs().max() > 1e-2
+
+
+def test_padding_rows_and_keys_after_the_last_request_are_ignored(paged_route):
+    # transformers may pad the packed row for static shapes: queries and keys past the last request's end
+    model = _tiny_ssa(scoring_granularity="head")
+    module = model.model.layers[0].self_attn
+    params = {k: v.detach().double() for k, v in module.scoring().items()}
+    q, k, v, cu_q, cu_k = _packed_step(4, 2, 8, REQUESTS)
+    pad = lambda x, n: torch.cat([x, torch.randn(*x.shape[:2], n, x.shape[3], dtype=x.dtype) * 50], dim=2)
+    attention = make_paged_attention(None)
+    with torch.no_grad():
+        out, _ = attention(module, pad(q, 2), pad(k, 3), pad(v, 3), None, scaling=8 ** -0.5, cu_seq_lens_q=cu_q,
+                           cu_seq_lens_k=cu_k, max_length_q=4, max_length_k=10)
+    expected = _oracle_packed(q, k, v, cu_q, cu_k, "ssa", params, 8 ** -0.5)
+    torch.testing.assert_close(out[:, : q.shape[2]], expected, rtol=1e-10, atol=1e-10)
+    assert out.shape[1] == q.shape[2] + 2 and torch.all(out[:, q.shape[2]:] == 0)
+
+
+@pytest.mark.parametrize("attributes, message", [({"is_causal": False}, "causal decoders only"),
+                                                 ({"is_causal": True, "sliding_window": 4}, "sliding-window")])
+def test_a_packed_call_refuses_what_continuous_batching_cannot_run(attributes, message):
+    module = types.SimpleNamespace(**attributes)  # an encoder's or a sliding-window layer's attention
+    q, k, v, cu_q, cu_k = _packed_step(4, 2, 8, REQUESTS)
+    with pytest.raises(ValueError, match=message):
+        make_paged_attention(None)(module, q, k, v, None, cu_seq_lens_q=cu_q, cu_seq_lens_k=cu_k)
 
 
 def test_paged_attention_without_packed_layout_is_the_models_attention():
@@ -107,7 +141,7 @@ def _collect(manager, request_ids, deadline, results):
     return results
 
 
-def test_continuous_batching_equals_greedy_generate_with_requests_joining_and_leaving():
+def test_continuous_batching_equals_greedy_generate_with_requests_joining_and_leaving(paged_route):
     model = _tiny_ssa()  # float64, GQA
     generation = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=model.config.pad_token_id)
     first = {"a": ([5, 6, 7], 2), "b": ([9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19], 12), "c": ([30], 7)}
