@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import inspect
 import json
 import os
 import platform
@@ -102,7 +103,9 @@ def start_manager(model, max_batch_tokens: int):
     from transformers import ContinuousBatchingConfig, GenerationConfig
 
     generation = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0)
-    config = ContinuousBatchingConfig(num_blocks=256, page_size=32, max_batch_tokens=max_batch_tokens)
+    # tokens per cache page: `page_size` in current transformers, `block_size` in 5.17
+    page = "page_size" if "page_size" in inspect.signature(ContinuousBatchingConfig.__init__).parameters else "block_size"
+    config = ContinuousBatchingConfig(num_blocks=256, max_batch_tokens=max_batch_tokens, **{page: 32})
     manager = model.init_continuous_batching(generation_config=generation, continuous_batching_config=config)
     manager.start()
     return manager

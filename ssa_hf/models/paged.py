@@ -36,14 +36,17 @@ from torch import Tensor
 from .attention import IMPLEMENTATIONS, boolean_mask, make_transformers_attention
 from .backends import BACKEND_NAMES
 
-__all__ = ["PAGED_IMPLEMENTATIONS", "init_continuous_batching", "make_paged_attention", "paged_implementation",
-           "register_paged_with_transformers"]
+__all__ = ["PAGED_IMPLEMENTATIONS", "continuous_batching_problem", "init_continuous_batching", "make_paged_attention",
+           "paged_implementation", "register_paged_with_transformers"]
 
 # paged attn_implementation names -> backend (None: chosen per call), as IMPLEMENTATIONS
 PAGED_IMPLEMENTATIONS = {"ssa_paged": None, **{f"ssa_paged_{name}": name for name in BACKEND_NAMES}}
 # the model's implementation -> the paged one that runs the same backend
 PAGED_OF = {name: ("ssa_paged" if backend is None else f"ssa_paged_{backend}")
             for name, backend in IMPLEMENTATIONS.items()}
+# transformers' continuous batching hands attention each request's past and new keys, packed, from this version on
+# (5.17 passed the new keys only; under 5.21 and 5.23 every request failed before attention ran): older ones are refused
+CONTINUOUS_BATCHING_SINCE = (5, 25)
 # queries x keys x heads x head size up to which one packed call with a block mask beats the per-request calls:
 # below it, calls cost more than the masked-out scores (tiny decoder, fp32: scripts/bench_serving.py)
 PACKED_BUDGET = 1 << 22
@@ -175,6 +178,10 @@ def make_paged_attention(backend: str | None):
             return dense(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
         rowwise = _rowwise(module)
         plan = _plan(cu_q, cu_k)
+        if key.shape[2] < plan.key[1][-1]:  # the new keys alone (transformers < 5.25): attention would miss the past
+            raise ValueError(f"paged attention: the keys hold {key.shape[2]} tokens but cu_seq_lens_k ends at "
+                             f"{plan.key[1][-1]} (the new keys alone, without the past: a layout ssa_paged does not "
+                             f"read). {continuous_batching_problem() or 'Use model.generate.'}")
         _, heads, queries, head_dim = query.shape
         if len(plan.spans) == 1 and plan.spans[0][:2] == (0, queries):
             _, q1, k0, k1 = plan.spans[0]  # one request: its call as it is
@@ -247,6 +254,18 @@ def _manager_class():
     return ScoredContinuousBatchingManager
 
 
+def continuous_batching_problem() -> str | None:
+    """Why the installed transformers cannot batch ssa-hf models, or None."""
+    import transformers
+
+    found = tuple(int(part) for part in transformers.__version__.split(".")[:2] if part.isdigit())
+    if found >= CONTINUOUS_BATCHING_SINCE:
+        return None
+    since = ".".join(map(str, CONTINUOUS_BATCHING_SINCE))
+    return (f"continuous batching of ssa-hf models needs transformers >= {since} (found {transformers.__version__}); "
+            f"upgrade it: pip install -U 'transformers>={since}'")
+
+
 @torch.no_grad()
 def init_continuous_batching(model, stock_init, generation_config=None, continuous_batching_config=None,
                              workload_hints=None):
@@ -257,6 +276,9 @@ def init_continuous_batching(model, stock_init, generation_config=None, continuo
                                                          _manager_class().__mro__[1]):
         return stock_init(generation_config=generation_config, continuous_batching_config=continuous_batching_config,
                           workload_hints=workload_hints)
+    problem = continuous_batching_problem()
+    if problem:
+        raise ValueError(problem)
     from transformers import ContinuousBatchingConfig
 
     generation_config = model.generation_config if generation_config is None else generation_config

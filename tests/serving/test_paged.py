@@ -5,6 +5,7 @@ model, and the refusals of transformers' softmax-only paged and flash kernels.""
 
 from __future__ import annotations
 
+import inspect
 import time
 import types
 
@@ -111,6 +112,27 @@ def test_a_packed_call_refuses_what_continuous_batching_cannot_run(attributes, m
         make_paged_attention(None)(module, q, k, v, None, cu_seq_lens_q=cu_q, cu_seq_lens_k=cu_k)
 
 
+def test_keys_without_their_past_are_refused():
+    # transformers 5.17 handed attention the new keys alone, with cu_seq_lens_k counting the past too
+    model = _tiny_ssa()
+    q, k, v, cu_q, cu_k = _packed_step(4, 2, 8, REQUESTS)
+    with pytest.raises(ValueError, match="without the past"):
+        make_paged_attention(None)(model.model.layers[0].self_attn, q, k[:, :, : q.shape[2]], v[:, :, : q.shape[2]],
+                                   None, cu_seq_lens_q=cu_q, cu_seq_lens_k=cu_k)
+
+
+def test_transformers_older_than_the_tested_layout_is_refused(monkeypatch):
+    import transformers
+
+    monkeypatch.setattr(transformers, "__version__", "5.17.0")
+    model = _tiny_ssa()
+    generation = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=model.config.pad_token_id)
+    with pytest.raises(ValueError, match=r"needs transformers >= 5\.25 \(found 5\.17\.0\)"):
+        model.init_continuous_batching(generation_config=generation)
+    monkeypatch.setattr(transformers, "__version__", "5.25.0")
+    assert paged.continuous_batching_problem() is None
+
+
 def test_paged_attention_without_packed_layout_is_the_models_attention():
     model = _tiny_ssa()
     ids = torch.tensor([[5, 6, 7, 8, 9]])
@@ -128,9 +150,13 @@ def _greedy(model, prompt, new_tokens):
         return model.generate(torch.tensor([prompt]), generation_config=config)[0, len(prompt):].tolist()
 
 
+# the tokens per cache page: `page_size` since transformers 5.2x, `block_size` in 5.17 (the oldest pyproject allows)
+PAGE_SIZE = "page_size" if "page_size" in inspect.signature(ContinuousBatchingConfig.__init__).parameters else "block_size"
+
+
 def _batching_config(**changes):
     # small pages and a small token budget: prompts are prefilled in chunks, several requests share each step
-    return ContinuousBatchingConfig(**{"num_blocks": 32, "page_size": 4, "max_batch_tokens": 8, **changes})
+    return ContinuousBatchingConfig(**{"num_blocks": 32, PAGE_SIZE: 4, "max_batch_tokens": 8, **changes})
 
 
 def _collect(manager, request_ids, deadline, results):
