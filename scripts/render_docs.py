@@ -7,7 +7,8 @@ A block is the text between `<!-- generated: NAME -->` and `<!-- end: NAME -->`.
 | speed, kernel-targets | the newest benchmarks/results/*.json (written by scripts/bench_targets.py) | this script |
 | claims, claims-table, claims-sentences, claims-lines | docs/results_summary.json (written by ssa-hf reproduce) | ssa_hf.reproduce.report |
 | scoring-functions, scoring-settings, declarations, backends | the registries of ssa_hf.models | ssa_hf.models.tables |
-| serving-figures | the JSON its first line names (written by scripts/bench_serving.py) | scripts/bench_serving.py |
+| serving-figures, serving-figures-busy, serving-figures-114m | the JSON its first line names (written by scripts/bench_serving.py) | scripts/bench_serving.py |
+| icl-quick-runs, icl-quick-primary, icl-quick-reading, icl-quick-secondary, icl-quick-tables | docs/icl_quick_results.json (the main job's results.json, `ssa-hf icl --preset quick`) | ssa_hf.icl.report |
 
     python scripts/render_docs.py            # rewrite the blocks in place
     python scripts/render_docs.py --check    # exit 1 (naming the files) where a block differs from its source
@@ -28,6 +29,9 @@ sys.path.insert(0, str(REPO))
 
 BENCHMARKS = REPO / "benchmarks" / "results"
 SUMMARY = REPO / "docs" / "results_summary.json"
+ICL_QUICK = REPO / "docs" / "icl_quick_results.json"
+# figure blocks of scripts/bench_serving.py results: quiet tiny decoder, the same beside busy processes, 114M sizes
+SERVING_BLOCKS = ("serving-figures", "serving-figures-busy", "serving-figures-114m")
 BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end: \2 -->)", re.S)
 MAIN_SHAPE = "B=4, H=8, L=2048, D=64, causal"
 
@@ -129,6 +133,19 @@ def _serving_figures(current: str) -> str:
     return block[len(module.DOCS_BLOCK[0]):-len(module.DOCS_BLOCK[1])] + "\n"
 
 
+def keep_icl_results(path: Path) -> None:
+    """Write `path` (an ICL run's results.json) as docs/icl_quick_results.json, without what names the machine
+    it ran on (its output files' paths, load averages)."""
+    data = json.loads(path.read_text())
+    if data.get("config", {}).get("name") != "quick":
+        raise ValueError(f"{path} is a run of preset {data.get('config', {}).get('name')!r}; the docs quote 'quick'")
+    data["files"] = {}
+    data["environment"] = {k: v for k, v in data.get("environment", {}).items()
+                           if k in ("cpu_count", "cuda", "torch", "python", "threads")}
+    ICL_QUICK.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    print(f"kept {path} as {ICL_QUICK.relative_to(REPO)}")
+
+
 def renderers() -> dict:
     """Block name -> a function returning its text (each block's text ends with a newline before its end marker)."""
     from ssa_hf.models.tables import TABLES
@@ -138,8 +155,15 @@ def renderers() -> dict:
     out = {name: (lambda fn=fn: fn() + "\n") for name, fn in TABLES.items()}
     out.update({name: (lambda fn=fn: fn(figures) + "\n") for name, fn in BLOCKS.items()})
     out.update(_benchmark_renderers())
+    if ICL_QUICK.is_file():
+        from ssa_hf.icl.pipeline import ICLResults
+        from ssa_hf.icl.report import docs_blocks
+
+        icl = docs_blocks(ICLResults(**json.loads(ICL_QUICK.read_text())))
+        out.update({name: (lambda text=text: text + "\n") for name, text in icl.items()})
     if (REPO / "scripts" / "bench_serving.py").is_file():
-        out["serving-figures"] = FromCurrent(_serving_figures)
+        for name in SERVING_BLOCKS:
+            out[name] = FromCurrent(_serving_figures)
     return out
 
 
@@ -159,7 +183,11 @@ def render(text: str, table: dict, where: str = "") -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 where a block is stale")
+    parser.add_argument("--icl-results", type=Path, metavar="RESULTS_JSON",
+                        help="first keep this run's results.json (ssa-hf icl --preset quick) as docs/icl_quick_results.json")
     args = parser.parse_args(argv)
+    if args.icl_results:
+        keep_icl_results(args.icl_results)
     table = renderers()
     stale = []
     for path in markdown_files():

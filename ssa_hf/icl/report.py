@@ -361,6 +361,55 @@ def report_markdown(results) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --------------------------------------------------------------------------------------------------
+# The docs' figures of a run (docs/icl.md, README.md), rendered from its results.json by scripts/render_docs.py
+# --------------------------------------------------------------------------------------------------
+
+
+def docs_blocks(results) -> dict[str, str]:
+    """Block name -> text for the docs quoting one run (the README's main job): how the runs learned, the primary
+    endpoint's line and its reading, the secondary endpoints, and the per-cell, sweep and probe tables of the first
+    task."""
+    task = results.config["tasks"][0]
+    checked = [r["check"] for r in results.runs if r["task"] == task and r.get("check")]
+    paired = getattr(results, "paired", None) or {}
+    primary = paired.get("primary") or {}
+    first = results.summary[task][_scorings(results.config)[0]]
+    blocks = {}
+    if checked:
+        failed = [r["name"] for r in results.runs if r.get("check") and not r["check"]["passed"]]
+        balanced = [c["balanced_sequence_error"] for c in checked if c["balanced_sequence_error"] is not None]
+        blocks["icl-quick-runs"] = (
+            (f"All {len(checked)} runs learned the rule in distribution" if not failed else
+             f"{len(checked) - len(failed)} of {len(checked)} runs learned the rule in distribution (not: "
+             f"{', '.join(failed)})")
+            + f": individual error {100 * min(c['individual_error'] for c in checked):.2f}-"
+            f"{100 * max(c['individual_error'] for c in checked):.2f}% (standard set)"
+            + (f", balanced sequence error {100 * min(balanced):.1f}-{100 * max(balanced):.1f}%" if balanced else "")
+            + f" at sigma 1, {first['sigma_sweep']['length']} points.")
+    if primary and "skipped" not in primary:
+        declared = primary["declared"]
+        blocks["icl-quick-primary"] = _endpoint_line(primary, declared["treatment"], declared["control"],
+                                                     declared["metric"]) + "."
+        blocks["icl-quick-reading"] = primary_section(paired)[-1]  # exploratory (seen seeds) or the verdict
+    blocks["icl-quick-secondary"] = "\n".join(secondary_section(paired))
+    entries = paired.get("tasks", {}).get(task, [])
+    chosen = next((e for e in entries if (e["a"], e["b"]) == ("ssa", "softmax")), entries[0] if entries else None)
+    tables = [paired_table(chosen)] if chosen else []
+    tables += [f"Sequence error, mean [95% Student-t interval] over {len(results.config['seeds'])} seeds "
+               f"(descriptive), {results.config['eval']['batches'] * results.config['eval']['batch_size']} prompts "
+               f"per cell, by sigma of x at {first['sigma_sweep']['length']} points:",
+               headline_table(results, task, "sigma_sweep"),
+               f"By prompt length at sigma {first['length_sweep']['sigma']:g}:",
+               headline_table(results, task, "length_sweep")]
+    probe = _probe_table(results, task)
+    if probe:
+        tables += ["The probe [1, -1, -2, 1000]: share of seeds correct at each position, and the weight the last "
+                   "query (x4 = 1000) puts on itself, mean over heads, mean [95% interval] over seeds:", probe]
+    blocks["icl-quick-tables"] = "\n\n".join(tables)
+    return blocks
+
+
 def _paired_section(results, task: str, alpha: float) -> list[str]:
     comparisons = (getattr(results, "paired", None) or {}).get("tasks", {}).get(task, [])
     lines = []

@@ -242,3 +242,25 @@ def test_a_rerun_with_other_settings_refuses_and_says_how_to_reuse(tmp_path, tin
     message = str(error.value)
     assert "every-ssa-seed0: it was trained with train.lr=" in message and "every-ssa-seed1" in message
     assert "another --output-dir" in message
+
+
+def test_docs_blocks_render_from_the_results_json(tmp_path, tiny_config):
+    # what scripts/render_docs.py writes into docs/icl.md and README.md from docs/icl_quick_results.json
+    from ssa_hf.icl.pipeline import ICLResults
+    from ssa_hf.icl.report import docs_blocks
+
+    run_icl(tiny_config, tmp_path, progress=False, plots=False)
+    results = ICLResults(**json.loads((tmp_path / "results.json").read_text()))
+    blocks = docs_blocks(results)
+    assert set(blocks) == {"icl-quick-runs", "icl-quick-primary", "icl-quick-reading", "icl-quick-secondary",
+                           "icl-quick-tables"}
+    assert blocks["icl-quick-reading"].startswith("Verdict on the primary endpoint: **")  # no seen seeds here
+    failed = results.failed_runs()
+    assert blocks["icl-quick-runs"].startswith(f"{4 - len(failed)} of 4 runs learned the rule") and failed[0] in \
+        blocks["icl-quick-runs"]
+    primary = results.paired["primary"]
+    assert blocks["icl-quick-primary"].startswith(f"ssa {100 * primary['mean_a']:.1f}%, softmax")
+    assert f"lower in {primary['lower']} of 2 seeds" in blocks["icl-quick-primary"]
+    tables = blocks["icl-quick-tables"]
+    assert "| test set | cell | ssa | softmax |" in tables and "By prompt length at sigma 1:" in tables
+    assert "correct at 4" in tables

@@ -43,11 +43,16 @@ def test_target_sentence_counts_the_cells_that_reach_the_target():
             {"variant": "stock sdpa", "dtype": "float32", "concurrency": "1", "vs_stock_sdpa": ratio(1.0, 1.0)}]
     sentence = _bench_module().target_sentence({"rows": rows, "machine": {"busy_processes": 0, "busy_before": 0.02,
                                                                           "busy_after": 0.1}})
-    assert "no busy processes added (the CPU 2% busy just before, 10% just after)" in sentence
+    assert "Measured with no busy processes added:" in sentence
     assert "reaches it in 2 of 3 cells (lowest 0.91, bfloat16 with 32 requests)" in sentence
     assert "wholly above it in 1 of 3" in sentence
+    few = [{**row, "vs_stock_sdpa": {**row["vs_stock_sdpa"], "low": None, "rounds": 5}} for row in rows]
+    assert "5 rounds are too few for a 95% interval." in _bench_module().target_sentence({"rows": few, "machine": {}})
     busy = _bench_module().target_sentence({"rows": rows, "machine": {"busy_processes": 2}})
-    assert "2 busy processes beside it" in busy
+    assert "2 busy processes beside it" in busy and "Through serve" not in busy
+    serving = [{"variant": "ssa", "ttft_s": 0.015, "itl_s": 0.006}, {"variant": "stock sdpa", "ttft_s": 0.012, "itl_s": 0.006}]
+    served = _bench_module().target_sentence({"rows": rows, "machine": {}, "serving": serving})
+    assert "time to first token 1.25x, inter-token latency 1.00x." in served
 
 
 @pytest.mark.slow
