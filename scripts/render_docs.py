@@ -134,15 +134,17 @@ def _serving_figures(current: str) -> str:
 
 
 def keep_icl_results(path: Path) -> None:
-    """Write `path` (an ICL run's results.json) as docs/icl_quick_results.json, without what names the machine
-    it ran on (its output files' paths, load averages)."""
+    """Write `path` (an ICL run's results.json) as docs/icl_quick_results.json: what the docs render (config,
+    summaries, paired comparisons, each run's in-distribution check), without the runs' own evaluations (the
+    summaries hold them) or what names the machine (output paths, load averages)."""
     data = json.loads(path.read_text())
     if data.get("config", {}).get("name") != "quick":
         raise ValueError(f"{path} is a run of preset {data.get('config', {}).get('name')!r}; the docs quote 'quick'")
     data["files"] = {}
+    data["runs"] = [{k: run.get(k) for k in ("name", "task", "scoring", "seed", "check")} for run in data["runs"]]
     data["environment"] = {k: v for k, v in data.get("environment", {}).items()
                            if k in ("cpu_count", "cuda", "torch", "python", "threads")}
-    ICL_QUICK.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    ICL_QUICK.write_text(json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n")  # compact: kept in git
     print(f"kept {path} as {ICL_QUICK.relative_to(REPO)}")
 
 

@@ -94,8 +94,9 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, continuous_b
     if exit_after is not None and not (isinstance(exit_after, (int, float)) and math.isfinite(exit_after)
                                        and exit_after > 0):
         raise ValueError(f"--exit-after must be a positive, finite number of seconds, got {exit_after!r}")
-    if continuous_batching and continuous_batching_problem():
-        raise ValueError(continuous_batching_problem())
+    problem = continuous_batching_problem() if continuous_batching else None
+    if problem:
+        raise ValueError(problem)
     if attn_implementation is not None and attn_implementation not in IMPLEMENTATION_CHOICES:
         raise ValueError(f"attn_implementation must be one of {list(IMPLEMENTATION_CHOICES)}, "
                          f"got {attn_implementation!r}")
